@@ -1,0 +1,141 @@
+"""Settings as frozen values. The choice sets are defined once here and read by the CLI and the GUI.
+
+Nothing in livefuse reads a global setting: a component takes the config value it needs when it is
+built, and a live change is a new config value handed to ``LiveRunner.apply``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from livefuse.errors import ConfigError
+
+EngineName = Literal["classic", "neural"]
+Precision = Literal["auto", "fp32", "fp16", "bf16"]
+Backend = Literal["torch", "onnxruntime"]
+FaceSelector = Literal["one", "many", "reference"]
+BlendMode = Literal["feather", "seamless"]
+
+ENGINE_CHOICES: tuple[str, ...] = get_args(EngineName)
+PRECISION_CHOICES: tuple[str, ...] = get_args(Precision)
+BACKEND_CHOICES: tuple[str, ...] = get_args(Backend)
+FACE_SELECTOR_CHOICES: tuple[str, ...] = get_args(FaceSelector)
+BLEND_CHOICES: tuple[str, ...] = get_args(BlendMode)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How faces are found and swapped.
+
+    Attributes:
+        engine: ``classic`` (offline, no download) or ``neural`` (inswapper-class models).
+        precision: ``auto`` picks fp16 on CUDA with compute capability >= 7.0, else fp32.
+        backend: runtime for the neural swapper.
+        face_selector: ``one`` target face, ``many`` (all), or ``reference`` (nearest to a
+            reference face by embedding).
+        target_face_index: with ``one``: ``None`` = the largest face, else the index in
+            left-to-right order of bbox centres.
+        detect_every: run the detector every k frames and track landmarks in between (video only).
+        keep_mouth: keep the target's inner mouth (teeth, tongue) on the swapped face.
+        blend: ``feather`` (fast, for live) or ``seamless`` (Poisson, slower).
+        jaw_from_target: 0..1, how far the swapped jaw line follows the target's jaw
+            (0 = the source's face shape, 1 = the target's).
+        mouth_from_target: 0..1, how far the swapped mouth follows the target's mouth.
+    """
+
+    engine: EngineName = "classic"
+    precision: Precision = "auto"
+    backend: Backend = "torch"
+    face_selector: FaceSelector = "many"
+    target_face_index: int | None = None
+    detect_every: int = 1
+    keep_mouth: bool = True
+    blend: BlendMode = "feather"
+    jaw_from_target: float = 0.3
+    mouth_from_target: float = 0.5
+
+    def validate(self) -> EngineConfig:
+        """Return ``self`` or raise :class:`ConfigError` naming the bad field."""
+        _check_choice("engine", self.engine, ENGINE_CHOICES)
+        _check_choice("precision", self.precision, PRECISION_CHOICES)
+        _check_choice("backend", self.backend, BACKEND_CHOICES)
+        _check_choice("face_selector", self.face_selector, FACE_SELECTOR_CHOICES)
+        _check_choice("blend", self.blend, BLEND_CHOICES)
+        if self.detect_every < 1:
+            raise ConfigError(f"detect_every={self.detect_every} must be >= 1")
+        if self.target_face_index is not None and self.target_face_index < 0:
+            raise ConfigError(f"target_face_index={self.target_face_index} must be >= 0")
+        for name in ("jaw_from_target", "mouth_from_target"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ConfigError(f"{name}={v} must be within 0..1")
+        return self
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The pose-similarity cache (see design.md section 4).
+
+    Attributes:
+        enabled: reuse a face's swap result while its pose key stays close.
+        threshold: similarity in 0..1 at or above which a cached swap is reused.
+        refresh_every_n: force a fresh swap after this many frames of reuse.
+    """
+
+    enabled: bool = True
+    threshold: float = 0.95
+    refresh_every_n: int = 5
+
+    def validate(self) -> CacheConfig:
+        if not 0.0 < self.threshold <= 1.0:
+            raise ConfigError(f"cache threshold={self.threshold} must be within (0, 1]")
+        if self.refresh_every_n < 1:
+            raise ConfigError(f"cache refresh_every_n={self.refresh_every_n} must be >= 1")
+        return self
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """Everything a session needs; what the GUI persists."""
+
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+
+    def validate(self) -> AppConfig:
+        self.engine.validate()
+        self.cache.validate()
+        return self
+
+
+def _from_dict(cls: Any, data: dict[str, Any], where: str) -> Any:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {', '.join(unknown)}")
+    return cls(**data)
+
+
+def load_config(path: Path) -> AppConfig:
+    """Read an :class:`AppConfig` from a TOML file with ``[engine]`` and ``[cache]`` tables.
+
+    Raises:
+        ConfigError: the file is not valid TOML or holds an unknown or out-of-range setting.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read settings '{path}': {exc}") from exc
+    cfg = AppConfig(
+        engine=_from_dict(EngineConfig, data.get("engine", {}), f"{path} [engine]"),
+        cache=_from_dict(CacheConfig, data.get("cache", {}), f"{path} [cache]"),
+    )
+    return cfg.validate()

@@ -1,0 +1,59 @@
+"""Errors livefuse raises on bad input. Each one names the file and the problem.
+
+The CLI catches :class:`LivefuseError` and prints its message with exit status 2, so a user
+never sees a traceback from deep inside OpenCV, dlib or FFmpeg.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class LivefuseError(Exception):
+    """Base class for every error that is the input's fault, not a bug."""
+
+
+class ImageLoadError(LivefuseError):
+    """An image file is missing, empty, truncated or not an image."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(f"cannot read image '{path}': {problem}")
+
+
+class VideoError(LivefuseError):
+    """A video file cannot be decoded or the output cannot be encoded."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(f"video '{path}': {problem}")
+
+
+class NoFaceError(LivefuseError):
+    """No face was found where one is required (the source photo, a reference photo)."""
+
+    def __init__(self, path: str | Path | None, role: str = "source") -> None:
+        self.path = None if path is None else Path(path)
+        where = f" '{path}'" if path is not None else ""
+        super().__init__(
+            f"no face in {role}{where}: use a photo where one face is clearly visible, "
+            "frontal, at least ~60 px wide"
+        )
+
+
+class FaceIndexError(LivefuseError):
+    """A requested face index does not exist in an image."""
+
+    def __init__(self, index: int, count: int, path: str | Path | None = None) -> None:
+        where = f" in '{path}'" if path is not None else ""
+        faces = "face" if count == 1 else "faces"
+        super().__init__(
+            f"face index {index} is out of range: {count} {faces} found{where} "
+            f"(valid: 0..{count - 1})" if count else f"face index {index}: no face found{where}"
+        )
+
+
+class ConfigError(LivefuseError):
+    """A setting has a value outside its allowed set or range."""

@@ -1,0 +1,1 @@
+"""Face detection, landmarks, recognition and selection."""

@@ -1,0 +1,161 @@
+"""The one image loader and the one image writer used by every entry point.
+
+``load_image`` turns any still image Pillow can decode into ``(H, W, 3) uint8 BGR``:
+EXIF orientation applied, alpha split off (and kept so a target's transparency survives),
+grayscale / palette / 16-bit / CMYK normalised. A missing, empty, truncated or non-image file
+raises :class:`~livefuse.errors.ImageLoadError` naming the path; a ``None`` image never travels.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from livefuse.errors import ImageLoadError
+from livefuse.types import Frame
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """A decoded image.
+
+    Attributes:
+        bgr: ``(H, W, 3) uint8 BGR``; transparent pixels are flattened onto black.
+        alpha: ``(H, W) uint8`` alpha channel, or ``None`` when the file had none.
+        path: where it came from.
+    """
+
+    bgr: Frame
+    alpha: npt.NDArray[np.uint8] | None
+    path: Path
+
+
+def _to_uint8(arr: npt.NDArray[np.generic]) -> npt.NDArray[np.uint8]:
+    """Scale 16-bit / 32-bit integer or float samples to 0..255."""
+    if arr.dtype == np.uint8:
+        return arr  # type: ignore[return-value]
+    a = arr.astype(np.float64)
+    if np.issubdtype(arr.dtype, np.floating):
+        top = 1.0 if a.size and float(np.nanmax(a)) <= 1.0 else 255.0
+    elif a.size and float(a.max()) > 255.0:
+        top = 65535.0
+    else:
+        top = 255.0
+    return np.clip(np.nan_to_num(a) * (255.0 / top) + 0.5, 0, 255).astype(np.uint8)
+
+
+def _decode(im: Image.Image) -> tuple[Frame, npt.NDArray[np.uint8] | None]:
+    mode = im.mode
+    if mode == "P" or mode == "PA":
+        im = im.convert("RGBA" if ("transparency" in im.info or mode == "PA") else "RGB")
+    elif mode == "CMYK" or mode == "YCbCr":
+        im = im.convert("RGB")
+    elif mode == "1":
+        im = im.convert("L")
+    mode = im.mode
+    alpha: npt.NDArray[np.uint8] | None = None
+    if mode in ("RGBA", "LA", "RGBa", "La"):
+        if mode in ("RGBa", "La"):
+            im = im.convert(mode.upper())
+        arr = np.asarray(im)
+        alpha = np.ascontiguousarray(arr[..., -1])
+        color = arr[..., :-1]
+        if color.shape[-1] == 1:
+            color = np.repeat(color, 3, axis=-1)
+        # Flatten onto black so detection never sees garbage behind transparent pixels.
+        color = (color.astype(np.uint16) * alpha[..., None] // 255).astype(np.uint8)
+        rgb = color
+    elif mode == "RGB":
+        rgb = np.asarray(im)
+    else:  # L, I, I;16*, F: single channel, any depth
+        gray = _to_uint8(np.asarray(im))
+        rgb = np.repeat(gray[..., None], 3, axis=-1)
+    rgb = _to_uint8(rgb)
+    bgr = np.ascontiguousarray(rgb[..., ::-1])
+    return bgr, alpha
+
+
+def load_image(path: str | os.PathLike[str]) -> LoadedImage:
+    """Load an image file as BGR uint8 with EXIF orientation applied.
+
+    Args:
+        path: any path, Unicode included.
+
+    Returns:
+        :class:`LoadedImage` with ``bgr`` ``(H, W, 3) uint8`` and optional ``alpha`` ``(H, W)``.
+
+    Raises:
+        ImageLoadError: the file is missing, empty, truncated, not an image, or has no pixels.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ImageLoadError(p, "file not found")
+    if p.is_dir():
+        raise ImageLoadError(p, "is a folder, not an image file")
+    if p.stat().st_size == 0:
+        raise ImageLoadError(p, "file is empty (0 bytes)")
+    try:
+        with Image.open(p) as im:
+            im.load()  # decodes now so a truncated file fails here, not later
+            im = ImageOps.exif_transpose(im) or im
+            bgr, alpha = _decode(im)
+    except UnidentifiedImageError as exc:
+        raise ImageLoadError(p, "not a recognised image format") from exc
+    except (OSError, SyntaxError, ValueError) as exc:
+        msg = str(exc)
+        if "truncated" in msg.lower():
+            msg = "file is truncated (incomplete download or copy?)"
+        raise ImageLoadError(p, f"cannot decode: {msg}") from exc
+    if bgr.ndim != 3 or bgr.shape[0] == 0 or bgr.shape[1] == 0:
+        raise ImageLoadError(p, f"decoded to an empty image of shape {bgr.shape}")
+    return LoadedImage(bgr=bgr, alpha=alpha, path=p)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temp file beside ``path`` and rename it over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_image(path: str | os.PathLike[str], bgr: Frame,
+               alpha: npt.NDArray[np.uint8] | None = None) -> Path:
+    """Encode and atomically write an image; the format follows the suffix.
+
+    ``alpha`` ``(H, W) uint8`` is written as a fourth channel where the format keeps it
+    (PNG, WebP, TIFF) and dropped otherwise.
+
+    Raises:
+        ImageLoadError: the suffix is not an image format OpenCV can write.
+    """
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in IMAGE_SUFFIXES:
+        raise ImageLoadError(p, f"unsupported output image suffix '{suffix}'")
+    img: npt.NDArray[np.uint8] = bgr
+    if alpha is not None and suffix in (".png", ".webp", ".tif", ".tiff"):
+        img = np.dstack([bgr, alpha])
+    ok, buf = cv2.imencode(suffix, img)
+    if not ok:
+        raise ImageLoadError(p, "OpenCV could not encode the output image")
+    atomic_write_bytes(p, buf.tobytes())
+    return p
+
+
+def is_image_path(path: str | os.PathLike[str]) -> bool:
+    return Path(path).suffix.lower() in IMAGE_SUFFIXES

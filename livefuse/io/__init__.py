@@ -1,0 +1,1 @@
+"""Sources and sinks: video files, still images, cameras, virtual cameras."""

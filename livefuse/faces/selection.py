@@ -38,7 +38,8 @@ def detect_robust(analyser: Analyser, image: Frame) -> list[Face]:
     pad = int(0.4 * max(h, w))
     padded = cv2.copyMakeBorder(image, pad, pad, pad, pad, cv2.BORDER_REPLICATE)
     scale = max(1.0, _MIN_SIDE / min(padded.shape[:2]))
-    big = cv2.resize(padded, None, fx=scale, fy=scale, interpolation=cv2.INTER_CUBIC)
+    big = np.asarray(cv2.resize(padded, None, fx=scale, fy=scale, interpolation=cv2.INTER_CUBIC),
+                     dtype=np.uint8)
     found = analyser.detect(big, upsample=1)
     off = np.array([pad, pad], np.float32)
     out = []
@@ -90,10 +91,10 @@ def select_targets(faces: list[Face], selector: FaceSelector, index: int | None 
     if selector == "reference":
         if reference is None:
             raise ValueError("face selector 'reference' needs a reference face")
-        with_emb = [f for f in faces if f.embedding is not None]
+        with_emb = [(f, f.embedding) for f in faces if f.embedding is not None]
         if not with_emb:
             return []
-        return [min(with_emb, key=lambda f: float(np.linalg.norm(f.embedding - reference)))]
+        return [min(with_emb, key=lambda fe: float(np.linalg.norm(fe[1] - reference)))[0]]
     if index is not None:
         if index >= len(faces):
             raise FaceIndexError(index, len(faces), path)

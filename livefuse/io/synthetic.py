@@ -45,8 +45,8 @@ def motion_clip(photo: Frame, size: tuple[int, int] = (640, 480), frames: int = 
         m = cv2.getRotationMatrix2D((cx, cy), angle, zoom)
         m[0, 2] += w / 2 - cx + 0.04 * w * math.sin(t)
         m[1, 2] += h / 2 - cy + 0.02 * h * math.cos(t)
-        yield cv2.warpAffine(photo, m, (w, h), flags=cv2.INTER_LINEAR,
-                             borderMode=cv2.BORDER_REFLECT_101)
+        yield np.asarray(cv2.warpAffine(photo, m, (w, h), flags=cv2.INTER_LINEAR,
+                                        borderMode=cv2.BORDER_REFLECT_101), dtype=np.uint8)
 
 
 def write_clip(frames: list[Frame] | Iterator[Frame], path: str | os.PathLike[str],

@@ -93,8 +93,8 @@ def _even(n: int) -> int:
 
 def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
               process: Callable[[Frame, int], Frame],
-              on_frame: Callable[[int], None] | None = None, crf: int = DEFAULT_CRF
-              ) -> TranscodeResult:
+              on_frame: Callable[[int], None] | None = None, crf: int = DEFAULT_CRF,
+              keep: Callable[[], bool] | None = None) -> TranscodeResult:
     """Run ``process`` on every frame of ``src`` and write ``dst`` (H.264 + the original audio).
 
     Args:
@@ -103,6 +103,7 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         process: ``(frame (H, W, 3) uint8 BGR, index) -> frame`` of the same size.
         on_frame: called after each frame with the count so far (progress bars).
         crf: x264 constant rate factor.
+        keep: asked once at the end; ``False`` discards the output (``dst`` is left untouched).
 
     Frame timing is kept: each output frame carries its input frame's timestamp and the stream
     rate is the input's exact rational. An odd width or height (which yuv420p cannot hold) is
@@ -146,7 +147,8 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                     raise VideoError(s, f"frame {result.frames}: processing returned shape "
                                         f"{img.shape} {img.dtype}, expected ({h}, {w}, 3) uint8")
                 if (ow, oh) != (w, h):
-                    img = cv2.copyMakeBorder(img, 0, oh - h, 0, ow - w, cv2.BORDER_REPLICATE)
+                    img = np.asarray(cv2.copyMakeBorder(img, 0, oh - h, 0, ow - w,
+                                                        cv2.BORDER_REPLICATE), dtype=np.uint8)
                 vf = av.VideoFrame.from_ndarray(img, format="bgr24")
                 if pts is not None and tb is not None:
                     vf.pts, vf.time_base = pts, tb
@@ -176,7 +178,10 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                                     f"{exc}{hint}") from exc
         if result.frames == 0:
             raise VideoError(s, "no video frame could be decoded")
-        os.replace(tmp, d)
+        if keep is None or keep():
+            os.replace(tmp, d)
+        else:
+            tmp.unlink(missing_ok=True)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -1,0 +1,3 @@
+from livefuse.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,120 @@
+"""The `livefuse` command line. No Qt here: the GUI lives in livefuse_ui."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from livefuse import __version__
+from livefuse.config import (
+    BLEND_CHOICES,
+    ENGINE_CHOICES,
+    FACE_SELECTOR_CHOICES,
+    EngineConfig,
+)
+from livefuse.errors import LivefuseError
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
+    d = EngineConfig()
+    p.add_argument("--engine", choices=ENGINE_CHOICES, default=d.engine)
+    p.add_argument("--face-selector", choices=FACE_SELECTOR_CHOICES, default=d.face_selector,
+                   help="one: the largest target face (or --target-face-index); many: every "
+                        "face; reference: the face nearest to --reference")
+    p.add_argument("--target-face-index", type=int, default=None,
+                   help="with --face-selector one: the face to swap, counted left to right from 0")
+    p.add_argument("--source-face-index", type=int, default=None,
+                   help="face of the source photo to use, left to right from 0 (default: largest)")
+    p.add_argument("--reference", type=Path, default=None,
+                   help="photo of the target person, for --face-selector reference")
+    p.add_argument("--detect-every", type=int, default=d.detect_every, metavar="K",
+                   help="videos: run detection every K frames and track landmarks in between")
+    p.add_argument("--blend", choices=BLEND_CHOICES, default=d.blend)
+    p.add_argument("--no-keep-mouth", dest="keep_mouth", action="store_false",
+                   help="do not keep the target's inner mouth")
+
+
+def _engine_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(engine=args.engine, face_selector=args.face_selector,
+                        target_face_index=args.target_face_index,
+                        detect_every=args.detect_every, blend=args.blend,
+                        keep_mouth=args.keep_mouth).validate()
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from livefuse.engine import Engine
+    from livefuse.imaging import load_image
+    from livefuse.run import run
+
+    cfg = _engine_config(args)
+    if cfg.face_selector == "reference" and args.reference is None:
+        raise LivefuseError("--face-selector reference needs --reference PHOTO")
+    engine = Engine(cfg)
+    engine.set_source(load_image(args.source), face_index=args.source_face_index)
+    if args.reference is not None:
+        engine.set_reference(load_image(args.reference))
+    summary = run(engine, args.target, args.output, progress=not args.quiet)
+    print("\n".join(summary.lines()))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from livefuse.demo import run_demo
+
+    out = args.out.resolve()
+    print(f"livefuse demo: writing to {out}")
+    for summary in run_demo(out, progress=not args.quiet):
+        print("\n".join(summary.lines()))
+        print()
+    print(f"done: open {out} to look at t1_swapped.jpg and clip_swapped.mp4")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="livefuse", description="Real-time face swap for streamers.")
+    parser.add_argument("--version", action="version", version=f"livefuse {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="-v info, -vv debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("run", help="swap a face into an image or a video (audio kept)")
+    p.add_argument("--source", "-s", type=Path, required=True, help="photo of the source face")
+    p.add_argument("--target", "-t", type=Path, required=True, help="image or video to change")
+    p.add_argument("--output", "-o", type=Path, required=True, help="output image or video")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    _engine_args(p)
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("demo", help="offline demo on photos shipped with installed packages")
+    p.add_argument("--out", type=Path, default=Path("livefuse-demo"),
+                   help="output folder (default: ./livefuse-demo)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
+        format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args))
+    except LivefuseError as exc:
+        print(f"livefuse: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("livefuse: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

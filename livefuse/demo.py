@@ -1,0 +1,45 @@
+"""`livefuse demo`: the whole offline path on real photos, in well under a minute on 2 cores.
+
+1. The astronaut (skimage) is the source face, swapped onto every face of insightface's t1.jpg.
+2. A 3-second 640x480 clip with a 440 Hz audio track is built from t1.jpg with synthetic
+   camera motion (pan, zoom, roll) around one face, and run through the same engine, audio kept.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+from livefuse.config import EngineConfig
+from livefuse.engine import Engine
+from livefuse.imaging import load_image, save_image
+from livefuse.io.synthetic import motion_clip, write_clip
+from livefuse.run import RunSummary, run_image, run_video
+from livefuse.samples import astronaut, insightface_image
+
+CLIP_SIZE = (640, 480)
+CLIP_FRAMES = 90
+CLIP_RATE = Fraction(30)
+
+
+def build_clip(engine: Engine, path: Path, size: tuple[int, int] = CLIP_SIZE,
+               frames: int = CLIP_FRAMES) -> Path:
+    """Write the demo clip: camera motion over t1.jpg centred on its largest face."""
+    photo = load_image(insightface_image("t1.jpg")).bgr
+    face = max(engine.analyser.detect(photo), key=lambda f: f.area)
+    cx, cy = float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2
+    return write_clip(motion_clip(photo, size, frames, centre=(cx, cy), face_px=face.width),
+                      path, rate=CLIP_RATE)
+
+
+def run_demo(out_dir: Path, progress: bool = True,
+             config: EngineConfig | None = None) -> list[RunSummary]:
+    """Run the demo into ``out_dir`` (created). Returns the image and the clip summaries."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    source_path = save_image(out_dir / "source_astronaut.png", astronaut())
+    engine = Engine(config or EngineConfig(detect_every=3))
+    engine.set_source(load_image(source_path))
+    image = run_image(engine, insightface_image("t1.jpg"), out_dir / "t1_swapped.jpg")
+    clip = build_clip(engine, out_dir / "clip.mp4")
+    video = run_video(engine, clip, out_dir / "clip_swapped.mp4", progress=progress)
+    return [image, video]

@@ -1,0 +1,131 @@
+"""`livefuse run`: swap a source face into an image or a video file, and summarise what happened."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from livefuse.engine import Engine
+from livefuse.errors import LivefuseError
+from livefuse.imaging import is_image_path, load_image, save_image
+from livefuse.io.video import is_video_path, probe, transcode
+from livefuse.types import Frame
+
+
+class NothingSwappedError(LivefuseError):
+    """A run finished without swapping a single face; the output would be a silent no-op."""
+
+
+@dataclass
+class RunSummary:
+    """What a run did. ``seconds`` is wall time of the frame loop (decode + swap + encode)."""
+
+    target: Path
+    output: Path
+    frames: int = 0
+    faces_found: int = 0
+    faces_swapped: int = 0
+    frames_without_face: int = 0
+    seconds: float = 0.0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+    def lines(self) -> list[str]:
+        out = [
+            f"target:              {self.target}",
+            f"output:              {self.output}",
+            f"frames:              {self.frames}",
+            f"faces found:         {self.faces_found}",
+            f"faces swapped:       {self.faces_swapped}",
+            f"frames with no face: {self.frames_without_face}",
+            f"time:                {self.seconds:.2f} s ({self.fps:.1f} fps)",
+        ]
+        out += [f"note: {n}" for n in self.notes]
+        return out
+
+
+def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
+    """Swap onto a still image. A target's alpha channel is kept on output (PNG/WebP/TIFF).
+
+    Raises:
+        ImageLoadError: unreadable target. FaceIndexError: target index out of range.
+        NothingSwappedError: no face was swapped.
+    """
+    img = load_image(target)
+    t0 = time.perf_counter()
+    packet = engine.process(img.bgr, strict=True)
+    assert packet.output is not None
+    summary = RunSummary(target=target, output=output, frames=1, faces_found=len(packet.faces),
+                         faces_swapped=packet.swapped,
+                         frames_without_face=int(not packet.faces))
+    summary.seconds = time.perf_counter() - t0
+    if packet.swapped == 0:
+        raise NothingSwappedError(f"no face was swapped in '{target}': no face found "
+                                  "(faces need to be roughly frontal and >= 80 px wide)")
+    save_image(output, packet.output, img.alpha)
+    return summary
+
+
+def run_video(engine: Engine, target: Path, output: Path, progress: bool = True) -> RunSummary:
+    """Swap onto every frame of a video, keeping its audio streams and frame rate.
+
+    Raises:
+        VideoError: unreadable input or unwritable output.
+        NothingSwappedError: no face was swapped in any frame (the output is not kept).
+    """
+    info = probe(target)
+    summary = RunSummary(target=target, output=output)
+    engine.reset_tracking()
+    bar = tqdm(total=info.frames or None, unit="frame", disable=not progress,
+               desc=target.name, leave=False)
+
+    def process(frame: Frame, index: int) -> Frame:
+        packet = engine.process(frame, index=index)
+        summary.faces_found += len(packet.faces)
+        summary.faces_swapped += packet.swapped
+        summary.frames_without_face += int(not packet.faces)
+        assert packet.output is not None
+        return packet.output
+
+    t0 = time.perf_counter()
+    try:
+        result = transcode(target, output, process, on_frame=lambda n: bar.update(1),
+                           keep=lambda: summary.faces_swapped > 0)
+    finally:
+        bar.close()
+    summary.seconds = time.perf_counter() - t0
+    summary.frames = result.frames
+    notes = list(result.notes)
+    notes.append(f"{result.audio_streams_copied} audio stream(s) copied; "
+                 f"frame rate {result.rate.numerator}/{result.rate.denominator}")
+    summary.notes = tuple(notes)
+    if summary.faces_swapped == 0:
+        raise NothingSwappedError(
+            f"no face was swapped in any of the {result.frames} frames of '{target}'; "
+            "no output was kept")
+    return summary
+
+
+def run(engine: Engine, target: Path, output: Path, progress: bool = True) -> RunSummary:
+    """Dispatch on the target's suffix. The output is never the target.
+
+    Raises:
+        LivefuseError: unknown suffixes, same path for input and output, or any input problem.
+    """
+    if output.exists() and target.exists() and output.resolve() == target.resolve():
+        raise LivefuseError(f"output '{output}' is the target itself; inputs are never overwritten")
+    if is_image_path(target):
+        if not is_image_path(output):
+            raise LivefuseError(f"target '{target}' is an image, so the output '{output}' must be "
+                                "an image too (.png, .jpg, ...)")
+        return run_image(engine, target, output)
+    if is_video_path(target):
+        return run_video(engine, target, output, progress)
+    raise LivefuseError(f"target '{target}': unknown file type '{target.suffix}' "
+                        "(images: .jpg .png .webp .bmp .tif; videos: .mp4 .mkv .mov .avi .webm)")

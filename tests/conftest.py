@@ -1,0 +1,44 @@
+"""Shared fixtures: real photos shipped in installed packages, and one analyser per session."""
+
+from __future__ import annotations
+
+import os
+
+# Qt tests run without a display; set before any Qt import (pytest-qt aborts otherwise).
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from livefuse.samples import astronaut, insightface_image
+
+
+@pytest.fixture(scope="session")
+def t1_path() -> Path:
+    return insightface_image("t1.jpg")
+
+
+@pytest.fixture(scope="session")
+def hanks_path() -> Path:
+    return insightface_image("Tom_Hanks_54745.png")
+
+
+@pytest.fixture(scope="session")
+def astronaut_bgr() -> np.ndarray:
+    return astronaut()
+
+
+@pytest.fixture(scope="session")
+def astronaut_path(tmp_path_factory: pytest.TempPathFactory, astronaut_bgr: np.ndarray) -> Path:
+    from livefuse.imaging import save_image
+
+    return save_image(tmp_path_factory.mktemp("src") / "astronaut.png", astronaut_bgr)
+
+
+@pytest.fixture(scope="session")
+def analyser():  # type: ignore[no-untyped-def]
+    from livefuse.faces.dlib_analyser import DlibFaceAnalyser
+
+    return DlibFaceAnalyser()

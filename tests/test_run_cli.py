@@ -1,0 +1,183 @@
+"""`livefuse run` and `livefuse demo` end to end through the CLI entry point."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from livefuse.cli import main
+from livefuse.imaging import load_image, save_image
+from livefuse.io.synthetic import motion_clip, write_clip
+from livefuse.io.video import probe, read_frames
+
+
+@pytest.fixture(scope="module")
+def face_clip_frames(t1_path: Path, analyser) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    photo = load_image(t1_path).bgr
+    face = max(analyser.detect(photo), key=lambda f: f.area)
+    c = (float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2)
+    return list(motion_clip(photo, (321, 241), 12, centre=c, face_px=face.width,
+                            face_width=110))
+
+
+def _run(*args: str | Path) -> int:
+    return main(["run", "--quiet", *map(str, args)])
+
+
+def test_run_image(tmp_path: Path, astronaut_path: Path, t1_path: Path,
+                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out.png"
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out) == 0
+    text = capsys.readouterr().out
+    assert "faces found:         6" in text and "faces swapped:       6" in text
+    assert load_image(out).bgr.shape == load_image(t1_path).bgr.shape
+
+
+def test_run_keeps_target_alpha(tmp_path: Path, astronaut_path: Path, t1_path: Path) -> None:
+    t1 = load_image(t1_path).bgr
+    alpha = np.full(t1.shape[:2], 255, np.uint8)
+    alpha[:40] = 0  # a transparent band far from the faces
+    target = save_image(tmp_path / "t1_rgba.png", t1, alpha)
+    out = tmp_path / "out.png"
+    assert _run("-s", astronaut_path, "-t", target, "-o", out) == 0
+    np.testing.assert_array_equal(load_image(out).alpha, alpha)
+
+
+def test_target_index_out_of_range(tmp_path: Path, astronaut_path: Path, t1_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out.png"
+    code = _run("-s", astronaut_path, "-t", t1_path, "-o", out,
+                "--face-selector", "one", "--target-face-index", "9")
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "face index 9 is out of range: 6 faces found" in err
+    assert not out.exists()
+
+
+def test_target_index_picks_that_face(tmp_path: Path, astronaut_path: Path,
+                                      t1_path: Path, analyser) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "out.png"
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out,
+                "--face-selector", "one", "--target-face-index", "2") == 0
+    t1, res = load_image(t1_path).bgr, load_image(out).bgr
+    faces = analyser.detect(t1)
+    changed = []
+    for f in faces:
+        x1, y1, x2, y2 = f.bbox.astype(int)
+        changed.append(np.abs(res[y1:y2, x1:x2].astype(int) - t1[y1:y2, x1:x2]).mean() > 3)
+    assert changed == [i == 2 for i in range(6)]
+
+
+def test_source_with_no_face(tmp_path: Path, t1_path: Path,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    src = save_image(tmp_path / "blank.png", np.full((200, 200, 3), 90, np.uint8))
+    assert _run("-s", src, "-t", t1_path, "-o", tmp_path / "o.png") == 2
+    assert "no face in source" in capsys.readouterr().err
+
+
+def test_source_with_two_faces_is_deterministic(tmp_path: Path, t1_path: Path,
+                                                analyser) -> None:  # type: ignore[no-untyped-def]
+    """t1.jpg as a source: the largest face is used, and --source-face-index picks another."""
+    from livefuse.config import EngineConfig
+    from livefuse.engine import Engine
+
+    faces = analyser.detect(load_image(t1_path).bgr)
+    largest = max(faces, key=lambda f: f.area)
+    engine = Engine(EngineConfig(), analyser=analyser)
+    assert engine.set_source(load_image(t1_path)) is not None
+    np.testing.assert_allclose(engine.source_face.bbox, largest.bbox)
+    engine.set_source(load_image(t1_path), face_index=0)
+    np.testing.assert_allclose(engine.source_face.bbox, faces[0].bbox)
+    assert faces[0].bbox[0] == min(f.bbox[0] for f in faces)
+
+
+def test_nothing_swapped_exits_non_zero(tmp_path: Path, astronaut_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    target = save_image(tmp_path / "sky.jpg", np.full((240, 320, 3), 200, np.uint8))
+    assert _run("-s", astronaut_path, "-t", target, "-o", tmp_path / "o.jpg") == 2
+    assert "no face was swapped" in capsys.readouterr().err
+    assert not (tmp_path / "o.jpg").exists()
+
+
+def test_output_never_overwrites_input(tmp_path: Path, astronaut_path: Path, t1_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "t.jpg"
+    target.write_bytes(t1_path.read_bytes())
+    before = target.read_bytes()
+    assert _run("-s", astronaut_path, "-t", target, "-o", target) == 2
+    assert "inputs are never overwritten" in capsys.readouterr().err
+    assert target.read_bytes() == before
+
+
+def _audio_streams(path: Path) -> list[str]:
+    with av.open(str(path)) as c:
+        return [s.codec_context.name for s in c.streams.audio]
+
+
+def test_video_with_audio_odd_size(tmp_path: Path, astronaut_path: Path,
+                                   face_clip_frames: list[np.ndarray],
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    clip = write_clip(face_clip_frames, tmp_path / "odd.mp4", rate=Fraction(30000, 1001))
+    assert probe(clip).width == 321
+    out = tmp_path / "out.mp4"
+    assert _run("-s", astronaut_path, "-t", clip, "-o", out) == 0
+    text = capsys.readouterr().out
+    assert "input is 321x241" in text and "output is 322x242" in text
+    info = probe(out)
+    assert (info.width, info.height) == (322, 242)
+    assert info.rate == Fraction(30000, 1001)
+    assert _audio_streams(out) == ["aac"]
+    frames_in, frames_out = read_frames(clip), read_frames(out)
+    assert len(frames_out) == len(frames_in) == 12
+    # the face region changed, the border did not (beyond codec noise)
+    diff = np.abs(frames_out[5][:241, :321].astype(int) - frames_in[5]).mean(axis=2)
+    assert diff[80:180, 110:210].mean() > 6.0
+    assert diff[:20, :].mean() < 4.0
+    assert [p.name for p in tmp_path.iterdir() if "part" in p.name] == []
+
+
+def test_video_without_audio(tmp_path: Path, astronaut_path: Path,
+                             face_clip_frames: list[np.ndarray]) -> None:
+    frames = [f[:240, :320] for f in face_clip_frames]
+    clip = write_clip(frames, tmp_path / "silent.mp4", audio=False)
+    out = tmp_path / "out.mkv"
+    assert _run("-s", astronaut_path, "-t", clip, "-o", out) == 0
+    assert _audio_streams(out) == []
+    assert len(read_frames(out)) == 12
+
+
+def test_video_audio_not_first_stream(tmp_path: Path, astronaut_path: Path,
+                                      face_clip_frames: list[np.ndarray]) -> None:
+    frames = [f[:240, :320] for f in face_clip_frames]
+    clip = write_clip(frames, tmp_path / "afirst.mkv", audio_first=True)
+    with av.open(str(clip)) as c:
+        assert c.streams[0].type == "audio"
+        in_audio_packets = sum(1 for p in c.demux(audio=0) if p.dts is not None)
+    out = tmp_path / "out.mp4"
+    assert _run("-s", astronaut_path, "-t", clip, "-o", out) == 0
+    assert _audio_streams(out) == ["aac"]
+    with av.open(str(out)) as c:
+        out_audio_packets = sum(1 for p in c.demux(audio=0) if p.dts is not None)
+    assert out_audio_packets == in_audio_packets  # copied untouched, none lost
+    assert len(read_frames(out)) == 12
+
+
+def test_broken_video_is_a_clear_error(tmp_path: Path, astronaut_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "broken.mp4"
+    bad.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"garbage" * 50)
+    assert _run("-s", astronaut_path, "-t", bad, "-o", tmp_path / "o.mp4") == 2
+    assert "broken.mp4" in capsys.readouterr().err
+
+
+def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--quiet", "--out", str(tmp_path / "demo")]) == 0
+    text = capsys.readouterr().out
+    assert "faces swapped:       6" in text
+    for name in ("source_astronaut.png", "t1_swapped.jpg", "clip.mp4", "clip_swapped.mp4"):
+        assert (tmp_path / "demo" / name).stat().st_size > 1000
+    assert _audio_streams(tmp_path / "demo" / "clip_swapped.mp4") == ["aac"]

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+import platformdirs
+import tomli_w
+
 from livefuse.errors import ConfigError
 
 EngineName = Literal["classic", "neural"]
@@ -122,6 +125,23 @@ def _from_dict(cls: Any, data: dict[str, Any], where: str) -> Any:
     if unknown:
         raise ConfigError(f"{where}: unknown setting(s) {', '.join(unknown)}")
     return cls(**data)
+
+
+def default_config_path() -> Path:
+    """``settings.toml`` in the user config dir (platformdirs), e.g. ``~/.config/livefuse``."""
+    return Path(platformdirs.user_config_dir("livefuse", appauthor=False)) / "settings.toml"
+
+
+def save_config(cfg: AppConfig, path: Path) -> Path:
+    """Write ``cfg`` as TOML, atomically (temp file + rename). ``None`` values are omitted."""
+    from livefuse.imaging import atomic_write_bytes
+
+    data = {
+        "engine": {k: v for k, v in dataclasses.asdict(cfg.engine).items() if v is not None},
+        "cache": dataclasses.asdict(cfg.cache),
+    }
+    atomic_write_bytes(path, tomli_w.dumps(data).encode("utf-8"))
+    return path
 
 
 def load_config(path: Path) -> AppConfig:

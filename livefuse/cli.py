@@ -73,6 +73,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from livefuse.bench import bench_classic
+
+    bench_classic(frames=args.frames)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="livefuse", description="Real-time face swap for streamers.")
@@ -94,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output folder (default: ./livefuse-demo)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("bench", help="print the engine's fps table on the demo clip")
+    p.add_argument("--frames", type=int, default=120, help="frames per table row")
+    p.set_defaults(func=_cmd_bench)
     return parser
 
 

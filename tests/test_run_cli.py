@@ -181,3 +181,13 @@ def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("source_astronaut.png", "t1_swapped.jpg", "clip.mp4", "clip_swapped.mp4"):
         assert (tmp_path / "demo" / name).stat().st_size > 1000
     assert _audio_streams(tmp_path / "demo" / "clip_swapped.mp4") == ["aac"]
+
+
+def test_bench_prints_a_row_per_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    from livefuse.bench import bench_classic
+
+    rows = bench_classic(frames=4, detect_every=(1, 2), selectors=("one",))
+    text = capsys.readouterr().out
+    assert len(rows) == 4  # 2 sizes x 2 detection intervals
+    assert all(r["fps"] > 0 and r["faces"] >= 1 for r in rows)
+    assert "640x480" in text and "1280x720" in text

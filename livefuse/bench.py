@@ -1,0 +1,90 @@
+"""`livefuse bench`: the classic engine's fps on the demo clip, printed as a table.
+
+The same function backs ``benchmarks/bench_classic.py``. It times ``Engine.process`` only (no
+decode/encode) on frames held in memory, for 640x480 and 1280x720, detection every 1/3/5 frames,
+one face vs every face.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from livefuse.config import EngineConfig, FaceSelector
+from livefuse.engine import Engine
+from livefuse.imaging import LoadedImage, load_image, save_image
+from livefuse.io.synthetic import motion_clip
+from livefuse.samples import astronaut, insightface_image
+
+SIZES: tuple[tuple[tuple[int, int], int], ...] = (((640, 480), 150), ((1280, 720), 220))
+"""(frame size px, face width px) pairs: a webcam close-up at each resolution."""
+
+
+def git_commit() -> str:
+    """Short commit of the livefuse checkout, or ``unknown`` outside one."""
+    try:
+        return subprocess.check_output(
+            ["git", "rev-parse", "--short", "HEAD"], text=True, stderr=subprocess.DEVNULL,
+            cwd=Path(__file__).resolve().parent).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def _source() -> LoadedImage:
+    path = Path(tempfile.gettempdir()) / "livefuse_bench_astronaut.png"
+    if not path.exists():
+        save_image(path, astronaut())
+    return load_image(path)
+
+
+def bench_classic(frames: int = 120, detect_every: tuple[int, ...] = (1, 3, 5),
+                  selectors: tuple[FaceSelector, ...] = ("one", "many"),
+                  out: Callable[[str], None] = print) -> list[dict[str, float]]:
+    """Run the classic-engine table and print it through ``out``. Returns the rows."""
+    photo = load_image(insightface_image("t1.jpg")).bgr
+    probe = Engine(EngineConfig())
+    face = max(probe.analyser.detect(photo), key=lambda f: f.area)
+    centre = (float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2)
+    source = _source()
+    out(f"# classic engine, commit {git_commit()}, {machine()}, {frames} frames per row")
+    out(f"{'size':>9} {'detect every':>12} {'faces':>6} {'fps':>7} {'ms/frame p50':>12} "
+        f"{'detect ms':>9} {'track ms':>8} {'swap ms':>7}")
+    rows = []
+    for size, face_w in SIZES:
+        clip = list(motion_clip(photo, size, frames, centre=centre, face_px=face.width,
+                                face_width=face_w))
+        for k in detect_every:
+            for selector in selectors:
+                engine = Engine(EngineConfig(detect_every=k, face_selector=selector),
+                                analyser=probe.analyser)
+                engine.set_source(source)
+                per, det, trk, swp, nfaces = [], [], [], [], []
+                t_all = time.perf_counter()
+                for i, f in enumerate(clip):
+                    t0 = time.perf_counter()
+                    p = engine.process(f, index=i)
+                    per.append((time.perf_counter() - t0) * 1e3)
+                    det.append(p.timings_ms.get("detect", 0.0))
+                    trk.append(p.timings_ms.get("track", 0.0))
+                    swp.append(p.timings_ms.get("swap", 0.0))
+                    nfaces.append(p.swapped)
+                fps = len(clip) / (time.perf_counter() - t_all)
+                row = {"width": size[0], "height": size[1], "detect_every": k,
+                       "faces": statistics.mean(nfaces), "fps": fps,
+                       "p50_ms": statistics.median(per), "detect_ms": statistics.mean(det),
+                       "track_ms": statistics.mean(trk), "swap_ms": statistics.mean(swp)}
+                rows.append(row)
+                out(f"{size[0]}x{size[1]:<4} {k:>12} {row['faces']:>6.1f} {fps:>7.1f} "
+                    f"{row['p50_ms']:>12.1f} {row['detect_ms']:>9.1f} {row['track_ms']:>8.1f} "
+                    f"{row['swap_ms']:>7.1f}")
+    return rows

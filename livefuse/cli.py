@@ -102,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
 
+    from livefuse.models import cli as models_cli
+
+    models_cli.add_parser(sub)
+
     p = sub.add_parser("bench", help="print the engine's fps table on the demo clip")
     p.add_argument("--frames", type=int, default=120, help="frames per table row")
     p.set_defaults(func=_cmd_bench)

@@ -1,0 +1,166 @@
+"""The neural analyser: SCRFD detection and ArcFace recognition through insightface's classes.
+
+* Detector: SCRFD (Guo et al. 2021, "Sample and Computation Redistribution for Efficient Face
+  Detection"), ``det_10g.onnx`` of insightface's buffalo_l pack, through
+  ``insightface.model_zoo.scrfd.SCRFD`` (anchor decoding, NMS, letterboxing into ``det_size``).
+* Recogniser: ArcFace (Deng et al. 2019) ResNet-50 ``w600k_r50.onnx`` through
+  ``insightface.model_zoo.arcface_onnx.ArcFaceONNX`` (input normalisation); the aligned crop is
+  insightface's ``face_align.norm_crop`` (5-point similarity to the ArcFace template, 112 px).
+
+The onnxruntime sessions are created here with the execution providers the caller asks for
+(insightface's own default would pick them itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from livefuse.errors import LivefuseError
+from livefuse.types import Face, FloatArray, Frame
+
+SessionFactory = Callable[[str, Sequence[str]], Any]
+
+
+class FaceModelError(LivefuseError):
+    """A detector or recogniser model file is missing or onnxruntime cannot load it."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(f"cannot load face model '{path}': {problem}. Check it with "
+                         "`livefuse models verify`")
+
+
+def _ort_session(path: str, providers: Sequence[str]) -> Any:
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(path, providers=list(providers))
+
+
+def _load(path: str | Path, providers: Sequence[str], factory: SessionFactory) -> Any:
+    p = Path(path)
+    if not p.is_file():
+        raise FaceModelError(p, "no such file (run `livefuse models fetch NAME`)")
+    try:
+        return factory(str(p), providers)
+    except Exception as exc:  # onnxruntime raises its own pybind classes (InvalidProtobuf, ...)
+        raise FaceModelError(p, f"{type(exc).__name__}: {exc}") from exc
+
+
+class InsightAnalyser:
+    """Detect and embed faces with SCRFD and ArcFace (the models of insightface's buffalo_l).
+
+    Args:
+        det_path: SCRFD ``.onnx`` (9 outputs: scores, bbox, kps for strides 8, 16, 32).
+        rec_path: ArcFace ``.onnx`` (``(1, 3, 112, 112)`` -> ``(1, 512)``), or ``None`` to
+            detect only.
+        providers: onnxruntime execution providers in priority order (default CPU).
+        det_size: detector input ``(width, height)`` in px; frames are letterboxed into it.
+        max_side: frames whose longest side exceeds this (px) are first downscaled to it with
+            area averaging, and bboxes/kps mapped back, so a 4K or 8K frame gives the detector
+            the same input (and the resize the same cost) as a 1080p frame.
+        det_thresh: minimum detector score.
+        session_factory: ``(path, providers) -> InferenceSession``; onnxruntime's by default.
+
+    Raises:
+        FaceModelError: a model file is missing or not loadable.
+    """
+
+    def __init__(self, det_path: str | Path, rec_path: str | Path | None = None,
+                 providers: Sequence[str] = ("CPUExecutionProvider",),
+                 det_size: tuple[int, int] = (640, 640), max_side: int = 1920,
+                 det_thresh: float = 0.5, session_factory: SessionFactory = _ort_session) -> None:
+        from insightface.model_zoo.arcface_onnx import ArcFaceONNX
+        from insightface.model_zoo.scrfd import SCRFD
+
+        self.providers = tuple(providers)
+        self.det_size = (int(det_size[0]), int(det_size[1]))
+        self.max_side = int(max_side)
+        det_session = _load(det_path, self.providers, session_factory)
+        self._detector = SCRFD(model_file=str(det_path), session=det_session)
+        # ctx_id 0 keeps our providers (a negative id would force CPU).
+        self._detector.prepare(0, input_size=self.det_size, det_thresh=det_thresh)
+        self._recogniser: Any = None
+        if rec_path is not None:
+            rec_session = _load(rec_path, self.providers, session_factory)
+            try:
+                self._recogniser = ArcFaceONNX(model_file=str(rec_path), session=rec_session)
+            except Exception as exc:
+                raise FaceModelError(rec_path, f"{type(exc).__name__}: {exc}") from exc
+
+    def _detector_frame(self, frame: Frame) -> tuple[Frame, FloatArray]:
+        """The (possibly downscaled) copy given to SCRFD and its ``(sx, sy)`` scale."""
+        h, w = frame.shape[:2]
+        scale = min(1.0, self.max_side / max(h, w))
+        if scale == 1.0:
+            return frame, np.ones(2, np.float32)
+        size = (max(1, round(w * scale)), max(1, round(h * scale)))
+        small = np.asarray(cv2.resize(frame, size, interpolation=cv2.INTER_AREA), np.uint8)
+        # map back with the exact per-axis ratios of the rounded size
+        return small, np.array([size[0] / w, size[1] / h], np.float32)
+
+    def detect(self, frame: Frame, upsample: int | None = None) -> list[Face]:
+        """Find faces.
+
+        Args:
+            frame: ``(H, W, 3) uint8 BGR``.
+            upsample: pyramid steps, as in the classic analyser: each step doubles the detector
+                input (finds faces half as small, ~4x the cost). Has no effect on an SCRFD export
+                with a fixed input size.
+
+        Returns:
+            Faces (bbox ``(4,) float32``, kps ``(5, 2) float32`` in ``frame`` px, SCRFD score),
+            sorted left to right by bbox centre.
+        """
+        small, scale = self._detector_frame(frame)
+        size = self.det_size
+        if upsample:
+            size = (size[0] << upsample, size[1] << upsample)
+        dets, kpss = self._detector.detect(small, input_size=size)
+        faces = []
+        for i in range(dets.shape[0]):
+            bbox = (dets[i, :4] / np.tile(scale, 2)).astype(np.float32)
+            kps = (kpss[i] / scale).astype(np.float32) if kpss is not None else \
+                _kps_from_bbox(bbox)
+            faces.append(Face(bbox=bbox, kps=kps, score=float(dets[i, 4])))
+        faces.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
+        return faces
+
+    def track(self, frame: Frame, face: Face) -> Face | None:
+        """No tracker for the neural analyser yet: always ``None``, so the engine re-detects.
+
+        SCRFD at 640 px costs a few ms on a GPU, so detecting every frame is the honest
+        baseline until a tracker is measured to be both cheaper and as accurate.
+        """
+        return None
+
+    def embed(self, frame: Frame, face: Face) -> FloatArray:
+        """ArcFace identity embedding, L2-normalised: ``(512,) float32`` (cosine similarity).
+
+        Raises:
+            LivefuseError: the analyser was built without a recogniser.
+        """
+        if self._recogniser is None:
+            raise LivefuseError("this InsightAnalyser has no recogniser model (rec_path=None)")
+        from insightface.utils import face_align
+
+        crop = face_align.norm_crop(frame, landmark=face.kps,
+                                    image_size=self._recogniser.input_size[0])
+        feat = np.asarray(self._recogniser.get_feat(crop), np.float32).reshape(-1)
+        norm = float(np.linalg.norm(feat))
+        return (feat / norm if norm > 0 else feat).astype(np.float32)
+
+
+def _kps_from_bbox(bbox: FloatArray) -> FloatArray:
+    """Rough kps for a detector export without keypoints (fractions of the ArcFace template)."""
+    x1, y1, x2, y2 = (float(v) for v in bbox)
+    w, h = x2 - x1, y2 - y1
+    frac = np.array([[0.34, 0.46], [0.66, 0.46], [0.5, 0.64], [0.37, 0.82], [0.63, 0.82]],
+                    np.float32)
+    return (frac * np.array([w, h], np.float32) + np.array([x1, y1], np.float32)).astype(
+        np.float32)

@@ -1,0 +1,317 @@
+"""Fetch, verify and import model files.
+
+A download streams into ``<file>.part`` (resumed with an HTTP ``Range`` request when a part is
+already there), is checked for its exact size and SHA-256, and only then renamed over the final
+name, so a truncated, empty or HTML-error-page ``.onnx`` never reaches onnxruntime.
+
+Hashing a 500 MB file takes seconds, so digests are cached in ``.livefuse-verified.json`` beside
+the models, keyed by file size and mtime (ns): a file that changes is hashed again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import requests
+from tqdm import tqdm
+
+from livefuse.errors import LivefuseError
+from livefuse.imaging import atomic_write_bytes
+from livefuse.models.catalog import ModelSpec, models_dir
+
+Status = Literal["present", "missing", "corrupt", "unverified"]
+
+CACHE_NAME = ".livefuse-verified.json"
+_CHUNK = 1 << 20
+# Small network reads: on a cut connection urllib3 drops the read in progress, so at most this
+# much is fetched again on resume.
+_NET_CHUNK = 1 << 16
+
+
+class ModelDownloadError(LivefuseError):
+    """A model file could not be downloaded (no network, HTTP error, timeout, cut connection)."""
+
+    def __init__(self, filename: str, problem: str) -> None:
+        self.filename = filename
+        self.problem = problem
+        super().__init__(
+            f"cannot download model '{filename}': {problem}. If you have the file, install it "
+            f"with: livefuse models import PATH"
+        )
+
+
+class ModelMissingError(LivefuseError):
+    """A model the engine needs is not in the models folder."""
+
+    def __init__(self, spec: ModelSpec, directory: Path) -> None:
+        self.spec = spec
+        super().__init__(
+            f"model '{spec.filename}' is not in {directory}: run `livefuse models fetch "
+            f"{spec.name}`, or `livefuse models import PATH` if you have the file")
+
+
+class ModelVerifyError(LivefuseError):
+    """A model file has the wrong size or SHA-256 (truncated, corrupt, an HTML page, ...)."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(f"model file '{path}' failed verification: {problem}")
+
+
+def sha256_file(path: Path) -> str:
+    """Lower-case hex SHA-256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _looks_like_html(path: Path) -> bool:
+    with path.open("rb") as fh:
+        head = fh.read(512).lstrip().lower()
+    return head.startswith((b"<!doctype", b"<html", b"<?xml", b"<head", b"{\"error"))
+
+
+def file_problem(path: Path, spec: ModelSpec, digest: str | None = None) -> str | None:
+    """Why ``path`` is not ``spec``'s file, or ``None`` when size and SHA-256 match.
+
+    With ``spec.sha256 is None`` only the size is checked. ``digest`` may pass a known hash.
+    """
+    size = path.stat().st_size
+    if size != spec.size:
+        what = "an HTML page, not a model" if size and _looks_like_html(path) else (
+            "empty" if size == 0 else "truncated" if size < spec.size else "too large")
+        return f"size {size:,} B, expected {spec.size:,} B ({what})"
+    if spec.sha256 is None:
+        return None
+    got = digest or sha256_file(path)
+    if got != spec.sha256:
+        return f"SHA-256 {got}, expected {spec.sha256}"
+    return None
+
+
+def _load_cache(directory: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((directory / CACHE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _record(path: Path, digest: str) -> None:
+    """Remember ``path``'s digest under its current size and mtime."""
+    st = path.stat()
+    cache = _load_cache(path.parent)
+    cache[path.name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+    # a read-only models folder still verifies; it just re-hashes next time
+    with contextlib.suppress(OSError):
+        atomic_write_bytes(path.parent / CACHE_NAME, json.dumps(cache, indent=1).encode())
+
+
+def _cached_digest(path: Path) -> str:
+    """SHA-256 of ``path``, reusing the cache entry when size and mtime are unchanged."""
+    st = path.stat()
+    entry = _load_cache(path.parent).get(path.name)
+    if (isinstance(entry, dict) and entry.get("size") == st.st_size
+            and entry.get("mtime_ns") == st.st_mtime_ns and isinstance(entry.get("sha256"), str)):
+        return str(entry["sha256"])
+    digest = sha256_file(path)
+    _record(path, digest)
+    return digest
+
+
+def status(spec: ModelSpec, directory: Path | None = None) -> Status:
+    """``present`` (size and SHA-256 match), ``missing``, ``corrupt`` (size or hash differ) or
+    ``unverified`` (right size, but the catalog has no published hash to check against)."""
+    path = (directory if directory is not None else models_dir()) / spec.filename
+    if not path.is_file():
+        return "missing"
+    if path.stat().st_size != spec.size:
+        return "corrupt"
+    if spec.sha256 is None:
+        return "unverified"
+    return "present" if _cached_digest(path) == spec.sha256 else "corrupt"
+
+
+def require(spec: ModelSpec, directory: Path | None = None) -> Path:
+    """Path of ``spec``'s file, checked (size and SHA-256, cached) before any runtime loads it.
+
+    Raises:
+        ModelMissingError: the file is not there.
+        ModelVerifyError: the file is truncated, empty, an HTML page or otherwise not the file.
+    """
+    directory = directory if directory is not None else models_dir()
+    path = directory / spec.filename
+    state = status(spec, directory)
+    if state == "missing":
+        raise ModelMissingError(spec, directory)
+    if state == "corrupt":
+        problem = file_problem(path, spec, _cached_digest(path)) or "size or SHA-256 differ"
+        raise ModelVerifyError(path, f"{problem}; delete it and run `livefuse models fetch "
+                               f"{spec.name}`")
+    return path
+
+
+def status_text(state: Status) -> str:
+    """Human wording of a :data:`Status` for tables."""
+    return "unverified (no published hash)" if state == "unverified" else state
+
+
+class _HttpStatusError(Exception):
+    def __init__(self, message: str, retry: bool = True) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+def _fetch_once(session: requests.Session, url: str, part: Path, spec: ModelSpec,
+                timeout: float, progress: bool) -> None:
+    """One request: append to ``part`` from its current size (or restart when Range is ignored)."""
+    have = part.stat().st_size if part.exists() else 0
+    if have >= spec.size:
+        # A part as long as the file (or longer) cannot be resumed; start over.
+        part.unlink()
+        have = 0
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    with session.get(url, headers=headers, stream=True, timeout=timeout) as resp:
+        if resp.status_code == 416:
+            part.unlink(missing_ok=True)
+            raise _HttpStatusError("HTTP 416 (range not satisfiable); restarting")
+        if resp.status_code >= 400:
+            # 4xx will not change on retry (try the next mirror); 5xx may.
+            raise _HttpStatusError(f"HTTP {resp.status_code} {resp.reason or ''}".strip(),
+                                   retry=resp.status_code >= 500)
+        if have and resp.status_code != 206:
+            have = 0  # the server ignored Range and sends the whole file: restart the part
+        elif have and not resp.headers.get("Content-Range", f"bytes {have}-").startswith(
+                f"bytes {have}-"):
+            part.unlink(missing_ok=True)  # a range other than the one asked for: start over
+            raise _HttpStatusError("server answered a different byte range; restarting")
+        written = have
+        with part.open("ab" if have else "wb") as fh, tqdm(
+            total=spec.size, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
+            desc=spec.filename, disable=not progress, leave=False,
+        ) as bar:
+            for block in resp.iter_content(_NET_CHUNK):
+                written += len(block)
+                if written > spec.size:
+                    raise _HttpStatusError(
+                        f"server sent more than the expected {spec.size:,} B (wrong file?)")
+                fh.write(block)
+                bar.update(len(block))
+
+
+def download(spec: ModelSpec, directory: Path | None = None, *, timeout: float = 30.0,
+             attempts: int = 3, progress: bool = True,
+             session: requests.Session | None = None) -> Path:
+    """Download ``spec`` into the models folder, resuming a ``.part`` file, and verify it.
+
+    Each URL gets up to ``attempts`` requests; each one resumes from the bytes already on disk.
+
+    Args:
+        timeout: seconds to wait for a connection or for the next bytes of the body.
+
+    Returns:
+        The verified file's path (returned at once when a verified copy is already there).
+
+    Raises:
+        ModelDownloadError: every mirror failed (names the file and the ``import`` alternative).
+        ModelVerifyError: the complete download has the wrong size or SHA-256; the part file is
+            deleted.
+    """
+    directory = directory if directory is not None else models_dir()
+    dest = directory / spec.filename
+    if status(spec, directory) in ("present", "unverified"):
+        return dest
+    directory.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    own_session = session is None
+    sess = session or requests.Session()
+    errors: list[str] = []
+    try:
+        for url in spec.urls:
+            for _ in range(max(1, attempts)):
+                try:
+                    _fetch_once(sess, url, part, spec, timeout, progress)
+                except (requests.RequestException, _HttpStatusError, OSError) as exc:
+                    errors.append(f"{url}: {_reason(exc)}")
+                    if isinstance(exc, _HttpStatusError) and not exc.retry:
+                        break
+                    continue
+                if part.exists() and part.stat().st_size == spec.size:
+                    return _finish(part, dest, spec)
+                errors.append(f"{url}: connection closed early")
+    finally:
+        if own_session:
+            sess.close()
+    raise ModelDownloadError(spec.filename, "; ".join(errors[-3:]) or "no URL in the catalog")
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+        return "connection cut mid-download (run the command again to resume)"
+    if isinstance(exc, requests.ConnectionError):
+        text = str(exc)
+        if "Read timed out" in text:
+            return "timed out"
+        if "refused" in text.lower():
+            return "connection refused (no network or server down)"
+        return "connection failed or was cut"
+    if isinstance(exc, requests.RequestException):
+        return type(exc).__name__
+    return str(exc)
+
+
+def _finish(part: Path, dest: Path, spec: ModelSpec) -> Path:
+    digest = sha256_file(part)
+    problem = file_problem(part, spec, digest)
+    if problem is not None:
+        part.unlink(missing_ok=True)
+        raise ModelVerifyError(dest, f"{problem}; deleted the downloaded part, nothing installed")
+    os.replace(part, dest)
+    _record(dest, digest)  # so that `status` need not hash the file again
+    return dest
+
+
+def import_model(path: str | Path, spec: ModelSpec, directory: Path | None = None,
+                 copy: Callable[[Path, Path], Any] = shutil.copyfile) -> Path:
+    """Copy a user's model file into the models folder after verifying it.
+
+    The source is never modified; the copy goes to a temporary name and is renamed into place.
+
+    Raises:
+        ModelVerifyError: the file is missing or has the wrong size or SHA-256.
+    """
+    src = Path(path).expanduser()
+    if not src.is_file():
+        raise ModelVerifyError(src, "no such file")
+    digest = sha256_file(src) if src.stat().st_size == spec.size else None
+    problem = file_problem(src, spec, digest)
+    if problem is not None:
+        raise ModelVerifyError(src, f"{problem}; it is not {spec.filename} ({spec.name})")
+    directory = directory if directory is not None else models_dir()
+    dest = directory / spec.filename
+    if dest.exists() and dest.resolve() == src.resolve():
+        return dest
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.import.part")
+    try:
+        copy(src, tmp)
+        if tmp.stat().st_size != spec.size:
+            raise ModelVerifyError(tmp, "copy is incomplete (disk full?)")
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if digest is not None:
+        _record(dest, digest)
+    return dest

@@ -1,0 +1,128 @@
+"""The model catalog and the `livefuse models` sub-commands (no network)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+from dataclasses import FrozenInstanceError, replace
+from pathlib import Path
+
+import pytest
+
+from livefuse.errors import LivefuseError
+from livefuse.models import catalog
+from livefuse.models import cli as models_cli
+from livefuse.models import download as dl
+
+
+def test_catalog_rows_carry_the_published_sizes_and_hashes() -> None:
+    by_name = {s.name: s for s in catalog.CATALOG}
+    assert set(by_name) == {"inswapper_128", "inswapper_128_fp16", "det_10g", "w600k_r50"}
+    assert by_name["inswapper_128"].size == 554_253_681
+    assert by_name["inswapper_128_fp16"].size == 277_680_638
+    assert by_name["det_10g"].role == "detector" and by_name["det_10g"].input_size == (640, 640)
+    assert by_name["w600k_r50"].role == "recogniser"
+    assert by_name["w600k_r50"].input_size == (112, 112)
+    for spec in catalog.CATALOG:
+        assert spec.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", spec.sha256)
+        assert spec.urls and all(u.startswith("https://") for u in spec.urls)
+        assert spec.filename.endswith(".onnx")
+        assert "non-commercial" in spec.licence
+    assert len({s.filename for s in catalog.CATALOG}) == len(catalog.CATALOG)
+
+
+def test_spec_is_frozen_and_lookup() -> None:
+    spec = catalog.get_spec("det_10g")
+    with pytest.raises(FrozenInstanceError):
+        spec.size = 1  # type: ignore[misc]
+    assert catalog.get_spec("det_10g.onnx") is spec
+    with pytest.raises(catalog.UnknownModelError, match="known: inswapper_128") as err:
+        catalog.get_spec("simswap")
+    assert isinstance(err.value, LivefuseError)
+
+
+def test_models_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(catalog.MODELS_DIR_ENV, raising=False)
+    default = catalog.models_dir()
+    assert default.name == "models" and "livefuse" in str(default)
+    monkeypatch.setenv(catalog.MODELS_DIR_ENV, str(tmp_path / "env"))
+    assert catalog.models_dir() == tmp_path / "env"
+    assert catalog.models_dir(tmp_path / "flag") == tmp_path / "flag"
+    assert catalog.model_path(catalog.get_spec("w600k_r50"), tmp_path) == \
+        tmp_path / "w600k_r50.onnx"
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    models_cli.add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
+
+
+def _fake_catalog(monkeypatch: pytest.MonkeyPatch, data: bytes) -> catalog.ModelSpec:
+    spec = replace(catalog.get_spec("det_10g"), size=len(data),
+                   sha256=hashlib.sha256(data).hexdigest(), urls=("http://127.0.0.1:9/x",))
+    rows = tuple(spec if s.name == "det_10g" else s for s in catalog.CATALOG)
+    monkeypatch.setattr(catalog, "CATALOG", rows)
+    monkeypatch.setattr(models_cli, "CATALOG", rows)
+    return spec
+
+
+def test_list_shows_status_size_and_licence(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "w600k_r50.onnx").write_bytes(b"0" * 100)
+    args = _parse(["models", "--models-dir", str(tmp_path), "list"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path) in out
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[2:]}
+    assert "528.6" in lines["inswapper_128"] and "missing" in lines["inswapper_128"]
+    assert "corrupt" in lines["w600k_r50"]
+    assert "non-commercial research" in lines["det_10g"]
+
+
+def test_models_dir_flag_after_subcommand_and_env(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _parse(["models", "list", "--models-dir", "/x"]).models_dir == "/x"
+    assert _parse(["models", "--models-dir", "/y", "verify"]).models_dir == "/y"
+    monkeypatch.setenv(catalog.MODELS_DIR_ENV, str(tmp_path))
+    args = _parse(["models", "verify"])
+    assert models_cli._dir(args) == tmp_path
+
+
+def test_import_then_verify_via_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    data = b"synthetic-detector" * 1000
+    _fake_catalog(monkeypatch, data)
+    src = tmp_path / "my det.onnx"
+    src.write_bytes(data)
+    models = tmp_path / "models"
+    args = _parse(["models", "--models-dir", str(models), "import", str(src), "--name",
+                   "det_10g"])
+    assert args.func(args) == 0
+    assert (models / "det_10g.onnx").read_bytes() == data
+    args = _parse(["models", "--models-dir", str(models), "verify"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"det_10g\s+present", out)
+    (models / "det_10g.onnx").write_bytes(data[::-1])
+    assert args.func(args) == 1
+    assert "livefuse models import PATH" in capsys.readouterr().out
+
+
+def test_import_of_wrong_file_raises_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "inswapper_128.onnx"
+    bad.write_bytes(b"<!DOCTYPE html><title>Error</title>")
+    args = _parse(["models", "--models-dir", str(tmp_path / "m"), "import", str(bad)])
+    with pytest.raises(dl.ModelVerifyError, match="HTML page"):
+        args.func(args)
+
+
+def test_fetch_without_network_names_file_and_import(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_catalog(monkeypatch, b"x" * 10)
+    args = _parse(["models", "--models-dir", str(tmp_path), "fetch", "det_10g",
+                   "--timeout", "2"])
+    with pytest.raises(dl.ModelDownloadError) as err:
+        args.func(args)
+    assert "det_10g.onnx" in str(err.value) and "livefuse models import PATH" in str(err.value)

@@ -1,0 +1,212 @@
+"""``livefuse doctor``: what this machine can run, and how to fix what it cannot.
+
+Every probe works without torch, without a GPU and without onnxruntime: a missing piece is a
+finding, never a traceback. Nothing here opens a camera (that would switch its light on).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Literal, TextIO
+
+Level = Literal["ok", "info", "warn", "fail"]
+
+ORT_DISTRIBUTIONS = (
+    "onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino",
+    "onnxruntime-silicon", "onnxruntime-qnn",
+)
+ORT_FIX = "pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report.
+
+    Attributes:
+        name: what was checked (``python``, ``torch``, ``onnxruntime``, ...).
+        level: ``ok``, ``info`` (optional piece absent), ``warn`` (works, but slower or
+            degraded) or ``fail`` (something the user must fix).
+        summary: one line.
+        detail: further lines (the fix, the list of devices), may be empty.
+    """
+
+    name: str
+    level: Level
+    summary: str
+    detail: tuple[str, ...] = ()
+
+
+def auto_precision(device_name: str | None, capability: tuple[int, int] | None) -> tuple[str, str]:
+    """The precision ``--precision auto`` picks, and why: the engine's own policy
+    (:func:`livefuse.precision.resolve_precision`) applied to this device.
+
+    fp16 on CUDA devices with compute capability >= 7.0 (tensor cores); fp32 on CPU, older GPUs
+    and GTX 16xx cards (known to give NaN in fp16).
+    """
+    from livefuse.precision import DeviceInfo, resolve_precision
+
+    if device_name is None or capability is None:
+        return resolve_precision("auto", DeviceInfo(kind="cpu"))
+    return resolve_precision("auto", DeviceInfo(kind="cuda", name=device_name,
+                                                compute_capability=capability))
+
+
+def _installed_version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_python() -> Check:
+    v = sys.version_info
+    text = f"Python {v.major}.{v.minor}.{v.micro} ({sys.executable})"
+    if (v.major, v.minor) < (3, 11):
+        return Check("python", "fail", text, ("livefuse needs Python >= 3.11",))
+    return Check("python", "ok", text)
+
+
+def check_torch() -> list[Check]:
+    """torch build, CUDA device, compute capability and the precision ``auto`` would pick."""
+    if importlib.util.find_spec("torch") is None:
+        name, why = auto_precision(None, None)
+        return [Check("torch", "info", "not installed (optional: the torch swapper backend)"),
+                Check("precision", "info", f"auto -> {name} ({why})")]
+    try:
+        import torch
+    except Exception as exc:  # a broken wheel raises anything from OSError to RuntimeError
+        return [Check("torch", "fail", f"installed but does not import: {exc}")]
+    cuda_build = getattr(torch.version, "cuda", None)
+    checks = [Check("torch", "ok", f"torch {torch.__version__} "
+                    f"({'CUDA ' + cuda_build if cuda_build else 'CPU-only build'})")]
+    device: str | None = None
+    capability: tuple[int, int] | None = None
+    if torch.cuda.is_available():
+        device = torch.cuda.get_device_name(0)
+        major, minor = torch.cuda.get_device_capability(0)
+        capability = (int(major), int(minor))
+        checks.append(Check("gpu", "ok", f"{device}, compute capability "
+                            f"{capability[0]}.{capability[1]}"))
+    else:
+        checks.append(Check("gpu", "info", "no CUDA device visible to torch"))
+    name, why = auto_precision(device, capability)
+    checks.append(Check("precision", "ok", f"auto -> {name} ({why})"))
+    return checks
+
+
+def check_onnxruntime(version_of: Callable[[str], str | None] = _installed_version) -> list[Check]:
+    """Installed onnxruntime distributions (the CPU/GPU overwrite conflict) and providers."""
+    found = {d: v for d in ORT_DISTRIBUTIONS if (v := version_of(d)) is not None}
+    listing = ", ".join(f"{d} {v}" for d, v in found.items()) or "none"
+    checks: list[Check] = []
+    accelerated = [d for d in found if d != "onnxruntime"]
+    if not found:
+        checks.append(Check("onnxruntime", "fail", "not installed",
+                            ("pip install onnxruntime-gpu  (or onnxruntime for CPU only)",)))
+    elif "onnxruntime" in found and accelerated:
+        checks.append(Check(
+            "onnxruntime", "fail", f"conflicting distributions installed: {listing}",
+            ("Both ship the same `onnxruntime` package folder; whichever was installed last "
+             "wins, and insightface's dependency on the CPU `onnxruntime` silently overwrites "
+             "the GPU build, so sessions fall back to CPU.",
+             f"Fix: {ORT_FIX}")))
+    else:
+        checks.append(Check("onnxruntime", "ok", listing))
+    try:
+        import onnxruntime
+        providers = list(onnxruntime.get_available_providers())
+    except Exception as exc:
+        checks.append(Check("providers", "fail", f"onnxruntime does not import: {exc}"))
+        return checks
+    gpu = [p for p in providers if p not in ("CPUExecutionProvider", "AzureExecutionProvider")]
+    checks.append(Check("providers", "ok" if gpu else "warn", ", ".join(providers),
+                        () if gpu else ("CPU only: the neural swapper will be slow",)))
+    return checks
+
+
+def check_models(directory: Path | None = None) -> list[Check]:
+    from livefuse.models import download as dl
+    from livefuse.models.catalog import CATALOG, models_dir
+
+    directory = directory if directory is not None else models_dir()
+    checks = []
+    for spec in CATALOG:
+        state = dl.status(spec, directory)
+        levels: dict[str, Level] = {"present": "ok", "missing": "info", "unverified": "warn",
+                                    "corrupt": "fail"}
+        level = levels[state]
+        fix = {"missing": (f"livefuse models fetch {spec.name}",),
+               "corrupt": (f"delete {directory / spec.filename}; livefuse models fetch "
+                           f"{spec.name}",)}.get(state, ())
+        checks.append(Check(f"model {spec.name}", level, dl.status_text(state), fix))
+    return checks
+
+
+def _v4l2_devices(sysfs: Path) -> list[tuple[str, str]]:
+    """``(device, card name)`` for every V4L2 node, from ``/sys/class/video4linux/*/name``."""
+    out = []
+    if sysfs.is_dir():
+        for node in sorted(sysfs.iterdir()):
+            try:
+                name = (node / "name").read_text(encoding="utf-8", errors="replace").strip()
+            except OSError:
+                continue
+            out.append((f"/dev/{node.name}", name))
+    return out
+
+
+def _is_loopback(card: str) -> bool:
+    # v4l2loopback's default card label is "Dummy video device (0x0000)"; users often set
+    # card_label="OBS Virtual Camera" or a name containing "loopback".
+    low = card.lower()
+    return "loopback" in low or "dummy video device" in low or "virtual" in low
+
+
+def check_cameras(platform: str = sys.platform,
+                  sysfs: Path = Path("/sys/class/video4linux")) -> list[Check]:
+    """Virtual-camera backends and physical cameras (device names only; nothing is opened)."""
+    vcam_lib = importlib.util.find_spec("pyvirtualcam") is not None
+    lib_note = () if vcam_lib else ("pip install pyvirtualcam",)
+    if platform.startswith("linux"):
+        devices = _v4l2_devices(sysfs)
+        loop = [f"{d} ({n})" for d, n in devices if _is_loopback(n)]
+        cams = [f"{d} ({n})" for d, n in devices if not _is_loopback(n)]
+        vcam = (Check("virtual camera", "ok" if vcam_lib else "warn",
+                      f"v4l2loopback: {', '.join(loop)}", lib_note) if loop else
+                Check("virtual camera", "warn", "no v4l2loopback device",
+                      ("sudo modprobe v4l2loopback devices=1 exclusive_caps=1 "
+                       "card_label=\"livefuse\"", *lib_note)))
+        cam = Check("cameras", "ok" if cams else "info",
+                    ", ".join(cams) if cams else "none found under /dev/video*")
+        return [vcam, cam]
+    need = ("OBS Studio >= 26 installed, with its virtual camera started once "
+            "(pyvirtualcam's backend on Windows and macOS)")
+    return [Check("virtual camera", "info", need, lib_note),
+            Check("cameras", "info", "not probed on this OS (pick one with --camera N)")]
+
+
+def collect(models_directory: Path | None = None, *,
+            version_of: Callable[[str], str | None] = _installed_version,
+            platform: str = sys.platform,
+            sysfs: Path = Path("/sys/class/video4linux")) -> list[Check]:
+    """Run every check. Never raises for a missing optional piece."""
+    return [check_python(), *check_torch(), *check_onnxruntime(version_of),
+            *check_models(models_directory), *check_cameras(platform, sysfs)]
+
+
+_MARK = {"ok": " ok ", "info": "info", "warn": "WARN", "fail": "FAIL"}
+
+
+def print_report(checks: list[Check], file: TextIO | None = None) -> None:
+    """Write one ``[level] name: summary`` line per check, details indented below."""
+    out = file if file is not None else sys.stdout
+    width = max((len(c.name) for c in checks), default=0)
+    for c in checks:
+        print(f"[{_MARK[c.level]}] {c.name.ljust(width)}  {c.summary}", file=out)
+        for line in c.detail:
+            print(f"       {' ' * width}  {line}", file=out)

@@ -1,0 +1,130 @@
+"""livefuse doctor: every probe works here (no GPU, no camera) and spots the onnxruntime clash."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+
+import pytest
+
+from livefuse import doctor
+from livefuse.models import cli as models_cli
+
+
+def _versions(**installed: str):
+    def version_of(dist: str) -> str | None:
+        return installed.get(dist)
+    return version_of
+
+
+def _by_name(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
+    return {c.name: c for c in checks}
+
+
+def test_ort_cpu_and_gpu_both_installed_is_a_failure_with_the_fix(tmp_path: Path) -> None:
+    checks = doctor.collect(tmp_path, version_of=_versions(**{
+        "onnxruntime": "1.32.0", "onnxruntime-gpu": "1.22.0"}))
+    ort = _by_name(checks)["onnxruntime"]
+    assert ort.level == "fail"
+    assert "onnxruntime 1.32.0" in ort.summary and "onnxruntime-gpu 1.22.0" in ort.summary
+    assert any(doctor.ORT_FIX in line for line in ort.detail)
+    assert any("insightface" in line for line in ort.detail)
+
+
+@pytest.mark.parametrize(("installed", "level"), [
+    ({"onnxruntime-gpu": "1.22.0"}, "ok"),
+    ({"onnxruntime": "1.32.0"}, "ok"),
+    ({}, "fail"),
+])
+def test_single_or_no_ort_distribution(tmp_path: Path, installed: dict[str, str],
+                                       level: str) -> None:
+    ort = _by_name(doctor.collect(tmp_path, version_of=_versions(**installed)))["onnxruntime"]
+    assert ort.level == level
+
+
+def test_real_metadata_lookup_sees_this_venv() -> None:
+    assert doctor._installed_version("onnxruntime") is not None
+    assert doctor._installed_version("surely-not-a-distribution-xyz") is None
+
+
+@pytest.mark.parametrize(("name", "cc", "want"), [
+    (None, None, "fp32"),
+    ("NVIDIA GeForce RTX 3090", (8, 6), "fp16"),
+    ("NVIDIA H200", (9, 0), "fp16"),
+    ("NVIDIA GeForce GTX 1660 SUPER", (7, 5), "fp32"),
+    ("NVIDIA GeForce GTX 1080 Ti", (6, 1), "fp32"),
+    ("Tesla V100-SXM2-16GB", (7, 0), "fp16"),
+])
+def test_auto_precision(name: str | None, cc: tuple[int, int] | None, want: str) -> None:
+    got, why = doctor.auto_precision(name, cc)
+    assert got == want and why
+
+
+def test_collect_reports_torch_without_gpu_and_models_missing(tmp_path: Path) -> None:
+    checks = _by_name(doctor.collect(tmp_path))
+    assert checks["python"].level == "ok"
+    assert "torch" in checks and checks["precision"].summary.startswith("auto -> fp32 (")
+    assert checks["model det_10g"].summary == "missing"
+    assert checks["model det_10g"].detail == ("livefuse models fetch det_10g",)
+    assert "CPUExecutionProvider" in checks["providers"].summary
+
+
+def test_torch_not_installed_is_info_not_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = doctor.importlib.util.find_spec
+    monkeypatch.setattr(doctor.importlib.util, "find_spec",
+                        lambda n, *a: None if n == "torch" else real(n, *a))
+    torch_check, precision = doctor.check_torch()
+    assert torch_check.level == "info" and "not installed" in torch_check.summary
+    assert precision.summary.startswith("auto -> fp32")
+
+
+def _fake_sysfs(root: Path, names: dict[str, str]) -> Path:
+    for dev, name in names.items():
+        (root / dev).mkdir(parents=True)
+        (root / dev / "name").write_text(name + "\n")
+    return root
+
+
+def test_linux_loopback_and_cameras_from_sysfs(tmp_path: Path) -> None:
+    sysfs = _fake_sysfs(tmp_path / "v4l", {"video0": "Integrated Camera: Integrated C",
+                                           "video2": "Dummy video device (0x0000)",
+                                           "video5": "v4l2loopback livefuse"})
+    vcam, cams = doctor.check_cameras("linux", sysfs)
+    assert vcam.level in ("ok", "warn")
+    assert "/dev/video2" in vcam.summary and "/dev/video5" in vcam.summary
+    assert cams.summary == "/dev/video0 (Integrated Camera: Integrated C)"
+
+
+def test_linux_without_loopback_says_modprobe(tmp_path: Path) -> None:
+    vcam, cams = doctor.check_cameras("linux", tmp_path / "absent")
+    assert vcam.level == "warn" and "modprobe v4l2loopback" in vcam.detail[0]
+    assert cams.level == "info"
+
+
+@pytest.mark.parametrize("platform", ["win32", "darwin"])
+def test_windows_and_macos_need_obs(platform: str, tmp_path: Path) -> None:
+    vcam, _ = doctor.check_cameras(platform, tmp_path)
+    assert "OBS Studio >= 26" in vcam.summary
+
+
+def test_corrupt_model_fails_and_print_report(tmp_path: Path) -> None:
+    (tmp_path / "w600k_r50.onnx").write_bytes(b"<html>nope</html>")
+    checks = doctor.collect(tmp_path)
+    bad = _by_name(checks)["model w600k_r50"]
+    assert bad.level == "fail" and "delete" in bad.detail[0]
+    buf = io.StringIO()
+    doctor.print_report(checks, file=buf)
+    text = buf.getvalue()
+    assert "[FAIL] model w600k_r50" in text and "[ ok ] python" in text
+
+
+def test_doctor_subcommand_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    models_cli.add_doctor_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["doctor", "--models-dir", str(tmp_path)])
+    expected = int(any(c.level == "fail" for c in doctor.collect(tmp_path)))
+    assert args.func(args) == expected  # missing models are only "info"
+    assert "model inswapper_128" in capsys.readouterr().out
+    (tmp_path / "det_10g.onnx").write_bytes(b"")
+    assert args.func(args) == 1

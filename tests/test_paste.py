@@ -1,0 +1,136 @@
+"""Alignment and paste-back against insightface's own (face_align.estimate_norm, INSwapper)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from insightface.model_zoo.inswapper import INSwapper
+from insightface.utils import face_align
+from skimage import data
+
+from livefuse.models.synthetic import build_synthetic_inswapper, face_kps
+from livefuse.swap.neural import NeuralSwapper
+from livefuse.swap.paste import (
+    align_crop,
+    align_crop_torch,
+    arcface_affine,
+    feather_mask,
+    paste_back,
+    paste_back_torch,
+    paste_roi,
+)
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_synthetic_inswapper(tmp_path_factory.mktemp("m") / "tiny.onnx", width=4, seed=1)
+
+
+@pytest.fixture(scope="module")
+def frame() -> np.ndarray:
+    img = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)
+    return cv2.resize(img, (960, 720))
+
+
+def _core(affine: np.ndarray, shape: tuple[int, ...], lo: int = 40, hi: int = 88) -> np.ndarray:
+    """Boolean mask of frame pixels whose aligned position lies in [lo, hi)² (deep in the face)."""
+    h, w = shape[:2]
+    ys, xs = np.mgrid[0:h, 0:w]
+    u = affine[0, 0] * xs + affine[0, 1] * ys + affine[0, 2]
+    v = affine[1, 0] * xs + affine[1, 1] * ys + affine[1, 2]
+    return (u >= lo) & (u < hi) & (v >= lo) & (v < hi)
+
+
+@pytest.mark.parametrize("angle", [0.0, 17.0, -35.0])
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_affine_matches_insightface(angle: float) -> None:
+    kps = face_kps(300, 250, 60, angle)
+    for size in (112, 128, 256):
+        np.testing.assert_allclose(arcface_affine(kps, size),
+                                   face_align.estimate_norm(kps, size), rtol=1e-6, atol=1e-4)
+
+
+def test_feather_mask_shape() -> None:
+    m = feather_mask(128)
+    assert m.shape == (128, 128) and m.dtype == np.float32
+    assert m[64, 64] == pytest.approx(1.0)
+    assert m[0].max() == 0.0 and m[:, -1].max() == 0.0
+    assert m.min() >= 0.0 and m.max() <= 1.0
+    row = m[64, :64]
+    assert (np.diff(row) >= -1e-6).all()  # rises monotonically toward the centre
+
+
+def test_paste_matches_insightface_and_stays_in_roi(model_path: Path, frame: np.ndarray) -> None:
+    kps = face_kps(480, 330, 70, 12.0)
+    face = SimpleNamespace(kps=kps, normed_embedding=_embedding(0))
+    ref = INSwapper(model_file=str(model_path)).get(frame.copy(), face, face, paste_back=True)
+    sw = NeuralSwapper(model_path, backend="onnxruntime", precision="fp32")
+    ours = frame.copy()
+    m = arcface_affine(kps)
+    fake = sw.swap_aligned(align_crop(frame, m), sw.prepare_source(face.normed_embedding))
+    roi = paste_back(ours, fake, m)
+    assert roi is not None
+    x0, y0, x1, y1 = roi
+    outside = np.ones(frame.shape[:2], bool)
+    outside[y0:y1, x0:x1] = False
+    np.testing.assert_array_equal(ours[outside], frame[outside])
+    assert (x1 - x0) * (y1 - y0) < 0.2 * frame.shape[0] * frame.shape[1]
+    core = _core(m, frame.shape)
+    assert core.sum() > 1000
+    diff = np.abs(ours[core].astype(int) - ref[core].astype(int))
+    # rounding (ours) vs truncation (insightface) of the crop, then one bilinear warp: <= 2 LSB
+    assert diff.max() <= 2
+    assert (ours[core] != frame[core]).mean() > 0.5  # the face really was replaced
+
+
+def test_face_partly_outside_the_frame(model_path: Path, frame: np.ndarray) -> None:
+    kps = face_kps(15, 700, 80, -20.0)  # centre near the bottom-left corner
+    sw = NeuralSwapper(model_path, backend="onnxruntime", precision="fp32")
+    face = SimpleNamespace(kps=kps, normed_embedding=_embedding(1))
+    ours = frame.copy()
+    assert sw.swap(ours, face, sw.prepare_source(face.normed_embedding))  # type: ignore[arg-type]
+    m = arcface_affine(kps)
+    x0, y0, x1, y1 = paste_roi(m, 128, frame.shape)
+    assert x0 == 0 and y1 == frame.shape[0]
+    changed = np.argwhere((ours != frame).any(2))
+    assert len(changed) > 100
+    assert changed[:, 0].min() >= y0 and changed[:, 1].max() < x1
+    ref = INSwapper(model_file=str(model_path)).get(frame.copy(), face, face, paste_back=True)
+    core = _core(m, frame.shape)
+    assert core.sum() > 300
+    assert np.abs(ours[core].astype(int) - ref[core].astype(int)).max() <= 2
+
+
+def test_face_outside_the_frame_is_skipped(frame: np.ndarray) -> None:
+    m = arcface_affine(face_kps(-500, -500, 60))
+    out = frame.copy()
+    assert paste_back(out, np.zeros((128, 128, 3), np.uint8), m) is None
+    np.testing.assert_array_equal(out, frame)
+
+
+def test_torch_align_and_paste_match_opencv(frame: np.ndarray) -> None:
+    m = arcface_affine(face_kps(400, 300, 64, 25.0))
+    crop = align_crop(frame, m)
+    crop_t = align_crop_torch(torch.from_numpy(frame), m)
+    as_bgr = (crop_t[0].permute(1, 2, 0).flip(-1) * 255).round().byte().numpy()
+    d = np.abs(as_bgr.astype(int) - crop.astype(int))
+    assert d.mean() < 0.5 and np.percentile(d, 99) <= 3
+    fake = np.random.default_rng(0).integers(0, 256, (128, 128, 3), dtype=np.uint8)
+    fake = np.asarray(cv2.GaussianBlur(fake, (9, 9), 0), np.uint8)
+    cv_out = frame.copy()
+    roi = paste_back(cv_out, fake, m)
+    t_out = torch.from_numpy(frame.copy())
+    fake_rgb = torch.from_numpy(fake[:, :, ::-1].copy()).permute(2, 0, 1)[None].float() / 255
+    assert paste_back_torch(t_out, fake_rgb, m) == roi
+    d = np.abs(t_out.numpy().astype(int) - cv_out.astype(int))
+    assert d.mean() < 0.2 and d.max() <= 8
+
+
+def _embedding(seed: int) -> np.ndarray:
+    e = np.random.default_rng(seed).standard_normal(512).astype(np.float32)
+    return e / np.linalg.norm(e)

@@ -1,0 +1,71 @@
+"""The precision policy and the FP16 output guard's checks."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from livefuse.precision import DeviceInfo, bad_output_reason, probe_device, resolve_precision
+
+H200 = DeviceInfo("cuda", "NVIDIA H200", (9, 0))
+T4 = DeviceInfo("cuda", "Tesla T4", (7, 5))
+GTX1660 = DeviceInfo("cuda", "NVIDIA GeForce GTX 1660 SUPER", (7, 5))
+P100 = DeviceInfo("cuda", "Tesla P100", (6, 0))
+CPU = DeviceInfo("cpu")
+
+
+@pytest.mark.parametrize(("info", "want"), [
+    (H200, "fp16"), (T4, "fp16"), (GTX1660, "fp32"), (P100, "fp32"), (CPU, "fp32"),
+])
+def test_auto_picks_fp16_only_on_capable_cuda(info: DeviceInfo, want: str) -> None:
+    precision, reason = resolve_precision("auto", info)
+    assert precision == want
+    assert reason.startswith("auto")
+
+
+def test_gtx16_reason_names_the_nan_problem() -> None:
+    assert "NaN" in resolve_precision("auto", GTX1660)[1]
+
+
+def test_bf16_needs_ampere() -> None:
+    assert resolve_precision("bf16", H200)[0] == "bf16"
+    assert resolve_precision("bf16", T4)[0] == "fp32"
+    assert resolve_precision("bf16", CPU)[0] == "fp32"
+
+
+def test_explicit_choices_are_kept() -> None:
+    assert resolve_precision("fp32", H200) == ("fp32", "fp32 requested")
+    assert resolve_precision("fp16", CPU)[0] == "fp16"
+
+
+def test_choice_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="livefuse.precision"):
+        resolve_precision("auto", H200)
+    assert "precision fp16" in caplog.text and "9.0" in caplog.text
+
+
+def test_bad_request_raises() -> None:
+    with pytest.raises(ValueError, match="fp8"):
+        resolve_precision("fp8", CPU)
+
+
+def test_probe_cpu_device() -> None:
+    assert probe_device("cpu") == DeviceInfo("cpu")
+
+
+def test_guard_reasons() -> None:
+    rng = np.random.default_rng(0)
+    good = rng.random((1, 3, 128, 128)).astype(np.float32)
+    assert bad_output_reason(good) is None
+    nan = good.copy()
+    nan[0, 1, 5, 5] = np.nan
+    assert bad_output_reason(nan) == "non-finite"
+    inf = good.astype(np.float16)
+    inf[0, 0, 0, 0] = np.inf
+    assert bad_output_reason(inf) == "non-finite"
+    assert bad_output_reason(np.full_like(good, 0.5)) == "flat"
+    assert bad_output_reason(good * 1e-3) == "black"
+    # a real, dark but textured face is not flagged
+    assert bad_output_reason(good * 0.1) is None

@@ -53,6 +53,9 @@ class EngineConfig:
         jaw_from_target: 0..1, how far the swapped jaw line follows the target's jaw
             (0 = the source's face shape, 1 = the target's).
         mouth_from_target: 0..1, how far the swapped mouth follows the target's mouth.
+        device: neural engine: ``auto`` (CUDA when torch sees one), ``cpu``, ``cuda``, ``cuda:N``.
+        models_dir: neural engine: model folder; ``None`` = ``$LIVEFUSE_MODELS_DIR`` or the user
+            data dir.
     """
 
     engine: EngineName = "classic"
@@ -65,6 +68,8 @@ class EngineConfig:
     blend: BlendMode = "feather"
     jaw_from_target: float = 0.3
     mouth_from_target: float = 0.5
+    device: str = "auto"
+    models_dir: str | None = None
 
     def validate(self) -> EngineConfig:
         """Return ``self`` or raise :class:`ConfigError` naming the bad field."""
@@ -77,6 +82,8 @@ class EngineConfig:
             raise ConfigError(f"detect_every={self.detect_every} must be >= 1")
         if self.target_face_index is not None and self.target_face_index < 0:
             raise ConfigError(f"target_face_index={self.target_face_index} must be >= 0")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ConfigError(f"device={self.device!r} must be auto, cpu, cuda or cuda:N")
         for name in ("jaw_from_target", "mouth_from_target"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
@@ -90,12 +97,15 @@ class CacheConfig:
 
     Attributes:
         enabled: reuse a face's swap result while its pose key stays close.
-        threshold: similarity in 0..1 at or above which a cached swap is reused.
-        refresh_every_n: force a fresh swap after this many frames of reuse.
+        threshold: similarity in 0..1 at or above which a cached swap is reused. 0.8 is measured
+            (benchmarks/bench_cache.py): 78 % hits at SSIM 0.995 on the demo clip; at 0.95 dlib's
+            frame-to-frame landmark jitter leaves 17 % hits.
+        refresh_every_n: an entry serves at most N frames (the miss frame included), then a
+            fresh swap is forced; 1 turns reuse off.
     """
 
     enabled: bool = True
-    threshold: float = 0.95
+    threshold: float = 0.8
     refresh_every_n: int = 5
 
     def validate(self) -> CacheConfig:

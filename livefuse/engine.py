@@ -10,13 +10,16 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+import cv2
+import numpy as np
 
-from livefuse.config import EngineConfig
+from livefuse.cache import PoseCache, pose_key
+from livefuse.config import CacheConfig, EngineConfig
 from livefuse.errors import ConfigError, FaceIndexError, NoFaceError
 from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 from livefuse.faces.selection import detect_robust, pick_source_face, select_targets
 from livefuse.imaging import LoadedImage
-from livefuse.swap.classic import ClassicSwapper, prepare_source
+from livefuse.swap.classic import ClassicSwapper, RenderedFace, prepare_source
 from livefuse.types import Face, FloatArray, Frame, FramePacket
 
 
@@ -28,18 +31,91 @@ def _ms(t0: int) -> float:
     return (time.perf_counter_ns() - t0) / 1e6
 
 
+# Landmarks that fix the re-warp of a cached face: brows, nose, eyes (iBUG 300-W 17..47); they
+# move little with expression, like the points the classic swapper places the source shape with.
+_REWARP_POINTS = slice(17, 48)
+_MATCH_IOU = 0.3  # a detection continues a track when its bbox overlaps the track's this much
+_MATCH_EMBEDDING = 0.6  # dlib's same-person distance (its model card); larger: not the same face
+
+
+def _iou(a: FloatArray, b: FloatArray) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return float(inter / union) if union > 0 else 0.0
+
+
+def _similarity_lstsq(src: FloatArray, dst: FloatArray) -> np.ndarray:
+    """Least-squares similarity transform (Umeyama 1991) mapping ``src`` to ``dst``, ``(2, 3)``."""
+    ms, md = src.mean(0), dst.mean(0)
+    s, d = src - ms, dst - md
+    var = float((s ** 2).sum()) or 1.0
+    a = float((s * d).sum()) / var
+    b = float((s[:, 0] * d[:, 1] - s[:, 1] * d[:, 0]).sum()) / var
+    m = np.array([[a, -b, 0.0], [b, a, 0.0]])
+    m[:, 2] = md - m[:, :2] @ ms
+    return m
+
+
+def _points(face: Face) -> FloatArray:
+    return face.landmarks[_REWARP_POINTS] if face.landmarks is not None else face.kps
+
+
+def rewarp(cached: RenderedFace, points_then: FloatArray, points_now: FloatArray,
+           frame_size: tuple[int, int]) -> RenderedFace | None:
+    """Move a cached rendered face onto the face's current position.
+
+    Args:
+        cached: the rendered face stored on a miss.
+        points_then, points_now: ``(N, 2) float32`` the face's alignment points when it was
+            stored and now; a least-squares similarity transform between them is the affine.
+        frame_size: ``(width, height)`` px of the current frame.
+
+    Returns:
+        The re-warped face, or ``None`` when it would fall (almost) outside the frame.
+    """
+    m = _similarity_lstsq(points_then.astype(np.float64), points_now.astype(np.float64))
+    x0, y0 = cached.origin
+    ph, pw = cached.face.shape[:2]
+    corners = np.array([[x0, y0], [x0 + pw, y0], [x0, y0 + ph], [x0 + pw, y0 + ph]], np.float64)
+    moved = corners @ m[:, :2].T + m[:, 2]
+    w, h = frame_size
+    nx0, ny0 = max(int(np.floor(moved[:, 0].min())), 0), max(int(np.floor(moved[:, 1].min())), 0)
+    nx1 = min(int(np.ceil(moved[:, 0].max())) + 1, w)
+    ny1 = min(int(np.ceil(moved[:, 1].max())) + 1, h)
+    if nx1 - nx0 < 8 or ny1 - ny0 < 8:
+        return None
+    # patch(then) -> frame: m @ (p + origin); then frame -> new patch: - (nx0, ny0).
+    local = m.copy()
+    local[:, 2] = m[:, :2] @ np.array([x0, y0], np.float64) + m[:, 2] - (nx0, ny0)
+    size = (nx1 - nx0, ny1 - ny0)
+    face = cv2.warpAffine(cached.face, local, size, flags=cv2.INTER_LINEAR,
+                          borderMode=cv2.BORDER_REPLICATE).astype(np.uint8, copy=False)
+    alpha = cv2.warpAffine(cached.alpha, local, size, flags=cv2.INTER_LINEAR,
+                           borderMode=cv2.BORDER_CONSTANT, borderValue=0
+                           ).astype(np.uint8, copy=False)
+    if cached.blend == "seamless":
+        alpha = np.where(alpha >= 128, 255, 0).astype(np.uint8)
+    return RenderedFace(origin=(nx0, ny0), face=face, alpha=alpha, blend=cached.blend)
+
+
 class Engine:
     """The synchronous frame path.
 
     Args:
         config: validated on construction.
         analyser: face analyser; the offline dlib one by default.
+        cache: the pose-similarity cache's settings (design.md section 4); off when omitted, so
+            offline jobs swap every frame afresh. It works with swappers that can ``render`` and
+            ``paste`` separately (the classic one).
 
     Raises:
         ConfigError: invalid config, or an engine that is not available.
     """
 
-    def __init__(self, config: EngineConfig, analyser: DlibFaceAnalyser | None = None) -> None:
+    def __init__(self, config: EngineConfig, analyser: DlibFaceAnalyser | None = None,
+                 cache: CacheConfig | None = None) -> None:
         self.config = config.validate()
         if config.engine != "classic":
             raise ConfigError(
@@ -52,6 +128,8 @@ class Engine:
         self._tracked: list[Face] = []
         self._since_detect = 0
         self._next_track_id = 0
+        self._previous: list[Face] = []  # last frame's targets, for identity across detections
+        self.cache = PoseCache(cache or CacheConfig(enabled=False))
 
     # -- source / reference -------------------------------------------------------------------
     def set_source(self, image: LoadedImage, face_index: int | None = None) -> Face:
@@ -66,7 +144,20 @@ class Engine:
         self._source = prepare_source(image.bgr, face, image.path)
         self.source_face = face
         self.reset_tracking()
+        self.cache.invalidate()
         return face
+
+    def set_cache(self, config: CacheConfig) -> None:
+        """Take new cache settings (between frames); a change drops every cached face.
+
+        Raises:
+            ConfigError: invalid settings.
+        """
+        self.cache.apply(config)
+
+    def invalidate(self) -> None:
+        """Drop every cached face (the next frame swaps afresh)."""
+        self.cache.invalidate()
 
     def set_reference(self, image: LoadedImage) -> None:
         """Use the largest face of ``image`` as the reference for ``face_selector='reference'``.
@@ -84,6 +175,7 @@ class Engine:
     def reset_tracking(self) -> None:
         """Forget tracked faces (a new video, a new source); the next frame runs detection."""
         self._tracked = []
+        self._previous = []
         self._since_detect = 0
 
     # -- the frame path -------------------------------------------------------------------------
@@ -94,13 +186,48 @@ class Engine:
                           embedding=self.analyser.embed(frame, f)) for f in faces]
         return faces
 
+    def _same_face(self, prev: Face, face: Face) -> float:
+        """IoU of the boxes, or 0 when both carry embeddings that name different people."""
+        if prev.embedding is not None and face.embedding is not None and \
+                prev.embedding.shape == face.embedding.shape and \
+                float(np.linalg.norm(prev.embedding - face.embedding)) > _MATCH_EMBEDDING:
+            return 0.0
+        return _iou(prev.bbox, face.bbox)
+
     def _with_ids(self, faces: list[Face]) -> list[Face]:
+        """Give detected faces the track ids of the previous frame's faces they continue.
+
+        Greedy matching by IoU (>= 0.3), vetoed by the embeddings when both faces carry one;
+        an unmatched face starts a new track.
+        """
+        pairs = sorted(((self._same_face(p, f), i, j) for i, p in enumerate(self._previous)
+                        for j, f in enumerate(faces)), reverse=True)
+        ids: dict[int, int] = {}
+        used: set[int] = set()
+        for score, i, j in pairs:
+            if score < _MATCH_IOU:
+                break
+            if i not in used and j not in ids:
+                ids[j] = self._previous[i].track_id
+                used.add(i)
         out = []
-        for f in faces:
+        for j, f in enumerate(faces):
+            tid = ids.get(j)
+            if tid is None:
+                tid = self._next_track_id
+                self._next_track_id += 1
             out.append(Face(bbox=f.bbox, kps=f.kps, score=f.score, landmarks=f.landmarks,
-                            embedding=f.embedding, track_id=self._next_track_id))
-            self._next_track_id += 1
+                            embedding=f.embedding, track_id=tid))
         return out
+
+    def _keep_identity(self, faces: list[Face]) -> Face | None:
+        """With ``face_selector='one'`` and no index: the detection continuing the current
+        target (so a bigger face walking in does not steal the swap), if any."""
+        if len(self._previous) != 1 or not faces:
+            return None
+        prev = self._previous[0]
+        best = max(faces, key=lambda f: self._same_face(prev, f))
+        return best if self._same_face(prev, best) >= _MATCH_IOU else None
 
     def process(self, frame: Frame, index: int = 0, t_capture_ns: int | None = None,
                 strict: bool = False) -> FramePacket:
@@ -143,9 +270,12 @@ class Engine:
             packet.timings_ms["detect"] = _ms(t0)
         self._since_detect += 1
 
+        kept = None
+        if packet.detected and cfg.face_selector == "one" and cfg.target_face_index is None:
+            kept = self._keep_identity(faces)
         try:
-            targets = select_targets(faces, cfg.face_selector, cfg.target_face_index,
-                                     self._reference)
+            targets = [kept] if kept is not None else select_targets(
+                faces, cfg.face_selector, cfg.target_face_index, self._reference)
         except FaceIndexError:
             if strict:
                 raise
@@ -153,14 +283,42 @@ class Engine:
         if packet.detected:
             targets = self._with_ids(targets)
         self._tracked = targets if cfg.detect_every > 1 else []
+        self._previous = targets
+        self.retain_tracks()
         packet.faces = targets
 
         t1 = time.perf_counter_ns()
         out = frame.copy()
-        packet.swapped = sum(bool(self.swapper.swap(out, f, self._source)) for f in targets)
+        packet.swapped = sum(self._swap_one(out, f) for f in targets)
         packet.timings_ms["swap"] = _ms(t1)
         packet.output = out
         return packet
+
+    def _swap_one(self, out: Frame, face: Face) -> bool:
+        """Swap one face into ``out``, through the pose-similarity cache when it is on."""
+        sw: Any = self.swapper
+        if not (self.cache.enabled and hasattr(sw, "render") and hasattr(sw, "paste")):
+            return bool(sw.swap(out, face, self._source))
+        h, w = out.shape[:2]
+        key = pose_key(out, face)
+        hit = self.cache.lookup(face.track_id, key)
+        if hit is not None:
+            rendered, points = hit
+            moved = rewarp(rendered, points, _points(face), (w, h))
+            if moved is not None:
+                sw.paste(out, moved)
+                return True
+        rendered = sw.render(out, face, self._source)
+        if rendered is None:
+            self.cache.invalidate(face.track_id)
+            return False
+        self.cache.store(face.track_id, key, (rendered, _points(face)))
+        sw.paste(out, rendered)
+        return True
+
+    def retain_tracks(self) -> None:
+        """Drop cached faces whose track is gone (called once per frame by :meth:`process`)."""
+        self.cache.retain({f.track_id for f in self._previous})
 
     @property
     def has_source(self) -> bool:

@@ -48,6 +48,24 @@ class ClassicSource:
     path: Path | None = None
 
 
+@dataclass(frozen=True)
+class RenderedFace:
+    """A swapped face rendered for one target, before paste-back.
+
+    Attributes:
+        origin: ``(x0, y0)`` px, where the patch's top-left corner sits in the frame.
+        face: ``(h, w, 3) uint8 BGR`` warped, recoloured source face.
+        alpha: ``(h, w) uint8``: the feathered blend weight (``blend='feather'``) or the binary
+            face mask (``blend='seamless'``), 0..255.
+        blend: how :meth:`ClassicSwapper.paste` blends it.
+    """
+
+    origin: tuple[int, int]
+    face: Frame
+    alpha: npt.NDArray[np.uint8]
+    blend: str
+
+
 def prepare_source(image: Frame, face: Face, path: Path | None = None) -> ClassicSource:
     """Cut the source face out of its photo and triangulate its landmarks (done once per source).
 
@@ -65,7 +83,8 @@ def prepare_source(image: Frame, face: Face, path: Path | None = None) -> Classi
     local = (lm - np.array([x0, y0], np.float32)).astype(np.float32)
     tri = Delaunay(local.astype(np.float64)).simplices.astype(np.int32)
     p = local[tri]
-    area = np.abs(np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]))
+    e1, e2 = p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]
+    area = np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
     # Coincident inner-lip points make degenerate triangles; they add nothing and slow the warp.
     tri = tri[area > 0.5]
     return ClassicSource(crop=crop, landmarks=local, triangles=tri, face=face, path=path)
@@ -152,12 +171,30 @@ class ClassicSwapper:
     def swap(self, frame: Frame, target: Face, source: ClassicSource) -> bool:
         """Replace ``target``'s face in ``frame`` (``(H, W, 3) uint8 BGR``, modified in place).
 
+        Equivalent to :meth:`render` followed by :meth:`paste`.
+
         Returns:
             ``True`` when the face was swapped; ``False`` when it lies (almost) outside the frame
             or has no landmarks.
         """
-        if target.landmarks is None:
+        rendered = self.render(frame, target, source)
+        if rendered is None:
             return False
+        self.paste(frame, rendered)
+        return True
+
+    def render(self, frame: Frame, target: Face, source: ClassicSource) -> RenderedFace | None:
+        """Warp and recolour the source face for ``target`` without touching ``frame``.
+
+        The result lives in the coordinates of its bbox-local patch (``RenderedFace.origin``);
+        the pose-similarity cache keeps it and re-warps it onto later frames.
+
+        Returns:
+            The rendered face, or ``None`` when the face lies (almost) outside the frame or has
+            no landmarks.
+        """
+        if target.landmarks is None:
+            return None
         cfg = self.config
         dst = destination_shape(source.landmarks, target.landmarks, cfg.jaw_from_target,
                                 cfg.mouth_from_target)
@@ -169,13 +206,13 @@ class ClassicSwapper:
         x1 = min(int(both[:, 0].max() + pad) + 1, w)
         y1 = min(int(both[:, 1].max() + pad) + 1, h)
         if x1 - x0 < 8 or y1 - y0 < 8:
-            return False
+            return None
         roi = frame[y0:y1, x0:x1]
         local = dst - np.array([x0, y0], np.float32)
         map_x, map_y, covered = _piecewise_affine_maps(
             source.landmarks, local, source.triangles, (x1 - x0, y1 - y0))
         warped = cv2.remap(source.crop, map_x, map_y, cv2.INTER_LINEAR,
-                           borderMode=cv2.BORDER_REPLICATE)
+                           borderMode=cv2.BORDER_REPLICATE).astype(np.uint8, copy=False)
 
         mask = np.zeros(roi.shape[:2], np.uint8)
         cv2.fillConvexPoly(mask, cv2.convexHull(np.round(local).astype(np.int32)), 255)
@@ -185,23 +222,43 @@ class ClassicSwapper:
             cv2.fillPoly(mask, [np.round(tgt_local[INNER_MOUTH]).astype(np.int32)], 0)
         face_px = float(np.sqrt(max(mask.sum() / 255.0, 1.0)))
         if face_px < 6:
-            return False
+            return None
         # Statistics from the inner face only: the hull's rim can hold hair or background.
         e = max(3, int(face_px * 0.1)) | 1
         inner = cv2.erode(mask, np.ones((e, e), np.uint8)) > 0
         warped = transfer_colour_lab(warped, roi, inner if inner.sum() > 64 else mask > 0)
+        alpha = _feather_alpha(mask, face_px) if cfg.blend == "feather" else mask
+        return RenderedFace(origin=(x0, y0), face=warped, alpha=alpha, blend=cfg.blend)
 
-        if cfg.blend == "seamless":
-            _seamless(roi, warped, mask)
+    @staticmethod
+    def paste(frame: Frame, rendered: RenderedFace) -> None:
+        """Blend a rendered face into ``frame`` (``(H, W, 3) uint8 BGR``, in place) at its origin.
+
+        The patch is clipped to the frame (a re-warped cached face can reach past its edge).
+        """
+        x0, y0 = rendered.origin
+        ph, pw = rendered.face.shape[:2]
+        h, w = frame.shape[:2]
+        cx0, cy0, cx1, cy1 = max(x0, 0), max(y0, 0), min(x0 + pw, w), min(y0 + ph, h)
+        if cx1 - cx0 < 4 or cy1 - cy0 < 4:
+            return
+        sl = (slice(cy0 - y0, cy1 - y0), slice(cx0 - x0, cx1 - x0))
+        roi = frame[cy0:cy1, cx0:cx1]
+        face, alpha = rendered.face[sl], rendered.alpha[sl]
+        if rendered.blend == "seamless":
+            _seamless(roi, face, alpha)
         else:
-            _feather(roi, warped, mask, face_px)
-        return True
+            _blend(roi, face, alpha)
 
 
-def _feather(roi: Frame, warped: Frame, mask: npt.NDArray[np.uint8], face_px: float) -> None:
+def _feather_alpha(mask: npt.NDArray[np.uint8], face_px: float) -> npt.NDArray[np.uint8]:
     k = max(3, int(face_px * 0.08)) | 1
     soft = cv2.erode(mask, np.ones((k // 2 + 1, k // 2 + 1), np.uint8))
-    alpha = cv2.GaussianBlur(soft, (k, k), 0).astype(np.float32)[..., None] * (1.0 / 255.0)
+    return cv2.GaussianBlur(soft, (k, k), 0).astype(np.uint8, copy=False)
+
+
+def _blend(roi: Frame, warped: Frame, alpha_u8: npt.NDArray[np.uint8]) -> None:
+    alpha = alpha_u8.astype(np.float32)[..., None] * (1.0 / 255.0)
     blended = warped.astype(np.float32) * alpha + roi.astype(np.float32) * (1.0 - alpha)
     roi[:] = (blended + 0.5).astype(np.uint8)
 

@@ -1,0 +1,247 @@
+"""The pose-similarity cache: reuse a face's swap result while its pose and expression stay close.
+
+Pure policy, no GPU and no swapper inside: the :class:`~livefuse.engine.Engine` computes a
+:class:`PoseKey` per tracked face, asks :meth:`PoseCache.lookup`, and either re-warps the cached
+result with the current frame's affine (a hit) or swaps afresh and calls :meth:`PoseCache.store`.
+See design.md section 4.
+
+What the key holds, and why: the swapper's output depends on the target's face shape once
+translation, scale and in-plane rotation are removed (those the re-warp reproduces), on the head's
+out-of-plane pose, on how open the mouth and eyes are, and on the lighting (the colour transfer
+matches the target's colours). Roll is recorded but not compared: it is in-plane, and the
+re-warp with the current similarity transform carries it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import cv2
+import numpy as np
+
+from livefuse.config import CacheConfig
+from livefuse.types import Face, FloatArray, Frame
+
+# Tolerances of the similarity score (one "sigma" per component): how far a component may move
+# before the cached swap visibly lags. dlib's frame-to-frame landmark noise on a still face is
+# about 0.03 shape units (~1.5 px on a 150-px face), 2-3 degrees of solvePnP yaw/pitch and 0.03 of
+# the openness ratios (measured on the motion clip of benchmarks/bench_cache.py); a real blink
+# moves eye_open by ~0.15 and speech moves mouth_open by 0.1-0.4.
+SHAPE_SIGMA = 0.06  # RMS landmark offset, in units of the face's RMS radius
+POSE_SIGMA_DEG = 10.0  # yaw / pitch
+OPENNESS_SIGMA = 0.12  # mouth-open and eye-open ratios
+COLOUR_SIGMA = 12.0  # mean BGR of the face crop, 0..255 levels
+
+# A generic 3D face (mm) for solvePnP, in the iBUG 68-point indices it stands for:
+# nose tip 30, chin 8, eye outer corners 36/45, mouth corners 48/54. Values from the widely used
+# "head pose estimation" generic model (Mallick, LearnOpenCV 2016).
+_MODEL_3D = np.array([
+    (0.0, 0.0, 0.0),
+    (0.0, -330.0, -65.0),
+    (-225.0, 170.0, -135.0),
+    (225.0, 170.0, -135.0),
+    (-150.0, -150.0, -125.0),
+    (150.0, -150.0, -125.0),
+], np.float64)
+_MODEL_IDX = [30, 8, 36, 45, 48, 54]
+
+
+@dataclass(frozen=True)
+class PoseKey:
+    """What the swap result of one face depends on, in one frame.
+
+    Attributes:
+        shape: ``(N, 2) float32`` landmarks (68) or kps (5) with translation, scale and in-plane
+            rotation removed (centred, unit RMS radius, eye line horizontal).
+        yaw, pitch, roll: head pose in degrees (``solvePnP`` (SQPnP, Terzakis & Lourakis 2020)
+            on a generic 3D face; zeros when
+            only kps are known).
+        mouth_open: inner-lip gap / mouth width (0 closed, ~0.5 wide open).
+        eye_open: mean eye aspect ratio (Soukupová & Čech 2016; ~0.3 open, < 0.15 closed).
+        colour: ``(3,) float32`` mean BGR of the face bbox.
+    """
+
+    shape: FloatArray
+    yaw: float
+    pitch: float
+    roll: float
+    mouth_open: float
+    eye_open: float
+    colour: FloatArray
+
+
+def _normalise(points: FloatArray, left_eye: FloatArray, right_eye: FloatArray) -> FloatArray:
+    c = points.mean(0)
+    d = right_eye - left_eye
+    angle = math.atan2(float(d[1]), float(d[0]))
+    ca, sa = math.cos(-angle), math.sin(-angle)
+    rot = np.array([[ca, -sa], [sa, ca]], np.float32)
+    p = (points - c) @ rot.T
+    radius = float(np.sqrt((p ** 2).sum(1).mean())) or 1.0
+    return (p / radius).astype(np.float32)
+
+
+def _head_pose(lm: FloatArray, size: tuple[int, int]) -> tuple[float, float, float]:
+    w, h = size
+    cam = np.array([[w, 0, w / 2], [0, w, h / 2], [0, 0, 1]], np.float64)
+    ok, rvec, _ = cv2.solvePnP(_MODEL_3D, lm[_MODEL_IDX].astype(np.float64), cam, None,
+                               flags=cv2.SOLVEPNP_SQPNP)
+    if not ok:
+        return 0.0, 0.0, 0.0
+    r, _ = cv2.Rodrigues(rvec)
+    sy = math.hypot(r[0, 0], r[1, 0])
+    pitch = math.degrees(math.atan2(r[2, 1], r[2, 2]))
+    yaw = math.degrees(math.atan2(-r[2, 0], sy))
+    roll = math.degrees(math.atan2(r[1, 0], r[0, 0]))
+    # The generic model has y up, images y down: fold pitch into (-90, 90].
+    if pitch > 90:
+        pitch -= 180
+    elif pitch < -90:
+        pitch += 180
+    return yaw, pitch, roll
+
+
+def _dist(a: FloatArray, b: FloatArray) -> float:
+    return float(np.linalg.norm(a - b))
+
+
+def pose_key(frame: Frame, face: Face) -> PoseKey:
+    """Compute the cache key of ``face`` in ``frame`` (``(H, W, 3) uint8 BGR``).
+
+    Uses the 68 landmarks when present (classic analyser), else the 5 kps (pose and
+    openness then read 0).
+    """
+    h, w = frame.shape[:2]
+    x0, y0, x1, y1 = (int(v) for v in np.clip(face.bbox, 0, [w, h, w, h]))
+    crop = frame[y0:y1, x0:x1]
+    colour = np.array(cv2.mean(crop)[:3] if crop.size else (0, 0, 0), np.float32)
+    lm = face.landmarks
+    if lm is None:
+        shape = _normalise(face.kps, face.kps[0], face.kps[1])
+        return PoseKey(shape, 0.0, 0.0, 0.0, 0.0, 0.0, colour)
+    shape = _normalise(lm, lm[36:42].mean(0), lm[42:48].mean(0))
+    yaw, pitch, roll = _head_pose(lm, (w, h))
+    mouth_w = _dist(lm[60], lm[64]) or 1.0
+    mouth_open = (_dist(lm[61], lm[67]) + _dist(lm[62], lm[66]) + _dist(lm[63], lm[65])) / (
+        3 * mouth_w)
+    ears = []
+    for e in (lm[36:42], lm[42:48]):
+        ears.append((_dist(e[1], e[5]) + _dist(e[2], e[4])) / (2 * (_dist(e[0], e[3]) or 1.0)))
+    return PoseKey(shape, yaw, pitch, roll, mouth_open, float(np.mean(ears)), colour)
+
+
+def similarity(a: PoseKey, b: PoseKey) -> float:
+    """Similarity of two keys in 0..1 (1 = identical): ``exp(-0.5 * sum((d_i / sigma_i)^2))``.
+
+    Components and tolerances: the module constants ``*_SIGMA``. Roll does not count.
+    """
+    if a.shape.shape != b.shape.shape:
+        return 0.0
+    shape_rms = float(np.sqrt(((a.shape - b.shape) ** 2).sum(1).mean()))
+    z = ((shape_rms / SHAPE_SIGMA) ** 2
+         + ((a.yaw - b.yaw) / POSE_SIGMA_DEG) ** 2
+         + ((a.pitch - b.pitch) / POSE_SIGMA_DEG) ** 2
+         + ((a.mouth_open - b.mouth_open) / OPENNESS_SIGMA) ** 2
+         + ((a.eye_open - b.eye_open) / OPENNESS_SIGMA) ** 2
+         + (_dist(a.colour, b.colour) / COLOUR_SIGMA) ** 2)
+    return math.exp(-0.5 * z)
+
+
+@dataclass
+class _Entry:
+    key: PoseKey
+    value: Any
+    age: int = 0
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """Counters since the cache was built (never reset by invalidation)."""
+
+    hits: int = 0
+    misses: int = 0
+    forced_refreshes: int = 0
+    invalidations: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses + self.forced_refreshes
+        return self.hits / total if total else 0.0
+
+
+class PoseCache:
+    """Per-track store of one swap result each, with the reuse policy of design.md section 4.
+
+    A lookup is a *hit* when the entry's key scores ``>= config.threshold`` against the current
+    key and the entry has served fewer than ``config.refresh_every_n`` frames (the frame it was
+    stored on counts as the first); otherwise it is a *forced refresh* (entry too old) or a
+    *miss* (no entry, or the key moved). With ``refresh_every_n=1`` every lookup is a forced
+    refresh or a miss. A disabled cache always misses and counts nothing.
+
+    Not thread-safe: one owner (the Engine on the inference thread).
+    """
+
+    def __init__(self, config: CacheConfig | None = None) -> None:
+        self.config = (config or CacheConfig()).validate()
+        self._entries: dict[int, _Entry] = {}
+        self._hits = self._misses = self._forced = self._invalidations = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    def apply(self, config: CacheConfig) -> None:
+        """Take new settings; any change drops every entry."""
+        config = config.validate()
+        if config != self.config:
+            self.config = config
+            self.invalidate()
+
+    def invalidate(self, track_id: int | None = None) -> None:
+        """Drop one track's entry, or all entries (new source face, engine settings change)."""
+        if track_id is None:
+            if self._entries:
+                self._invalidations += 1
+            self._entries.clear()
+        elif self._entries.pop(track_id, None) is not None:
+            self._invalidations += 1
+
+    def retain(self, track_ids: set[int]) -> None:
+        """Drop the entries of tracks no longer present (lost track)."""
+        for tid in [t for t in self._entries if t not in track_ids]:
+            self.invalidate(tid)
+
+    def lookup(self, track_id: int, key: PoseKey) -> Any | None:
+        """The cached value to reuse for ``track_id``, or ``None`` (then swap and :meth:`store`)."""
+        if not self.config.enabled:
+            return None
+        e = self._entries.get(track_id)
+        if e is None or track_id < 0:
+            self._misses += 1
+            return None
+        if e.age >= self.config.refresh_every_n:
+            self._forced += 1
+            return None
+        if similarity(e.key, key) < self.config.threshold:
+            self._misses += 1
+            return None
+        e.age += 1
+        self._hits += 1
+        return e.value
+
+    def store(self, track_id: int, key: PoseKey, value: Any) -> None:
+        """Keep a fresh swap result; untracked faces (``track_id < 0``) are not kept."""
+        if self.config.enabled and track_id >= 0:
+            self._entries[track_id] = _Entry(key, value, age=1)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def stats(self) -> CacheStats:
+        return CacheStats(self._hits, self._misses, self._forced, self._invalidations)
+
+
+__all__ = ["CacheStats", "PoseCache", "PoseKey", "pose_key", "similarity"]

@@ -1,0 +1,114 @@
+"""``livefuse live``: a headless live session (camera or video file in; virtual camera and/or
+recording out) printing a metrics line every second until Ctrl-C or ``--duration``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from livefuse.config import PRECISION_CHOICES, AppConfig, CacheConfig, EngineConfig
+from livefuse.errors import LivefuseError
+from livefuse.imaging import load_image
+from livefuse.io.sinks import RecorderSink, Sink, VirtualCameraSink
+from livefuse.io.sources import CameraSource, Source, VideoFileSource
+from livefuse.live import LiveRunner, default_engine_factory
+from livefuse.metrics import Metrics, start_prometheus
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``live`` subcommand on an ``argparse`` subparsers object."""
+    p = sub.add_parser("live", help="live face swap from a camera or video to a virtual camera")
+    p.add_argument("--source", required=True, type=Path, help="photo of the source face")
+    inp = p.add_mutually_exclusive_group()
+    inp.add_argument("--camera", default="0", help="camera index or device path (default 0)")
+    inp.add_argument("--video", type=Path, help="a video file standing in for the camera")
+    p.add_argument("--loop", action="store_true", help="loop --video")
+    p.add_argument("--width", type=int, default=1280, help="requested camera width (px)")
+    p.add_argument("--height", type=int, default=720, help="requested camera height (px)")
+    p.add_argument("--fps", type=float, default=30.0, help="requested camera / output fps")
+    p.add_argument("--virtual-cam", action="store_true", help="send frames to a virtual camera")
+    p.add_argument("--record", type=Path, help="also record the output (.mp4, .mkv, .mov)")
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default="auto")
+    p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
+                   help="pose-similarity cache (default on)")
+    p.add_argument("--cache-refresh", type=int, default=CacheConfig.refresh_every_n,
+                   help="force a fresh swap after N reused frames")
+    p.add_argument("--cache-threshold", type=float, default=CacheConfig.threshold,
+                   help="similarity (0..1] at or above which a cached swap is reused")
+    p.add_argument("--detect-every", type=int, default=3,
+                   help="run the detector every K frames, track in between")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
+    p.add_argument("--duration", type=float, help="stop after S seconds")
+    p.set_defaults(func=run_live)
+
+
+def _source(args: argparse.Namespace) -> Source:
+    if args.video is not None:
+        return VideoFileSource(args.video, loop=args.loop)
+    dev: int | str = int(args.camera) if str(args.camera).isdigit() else args.camera
+    return CameraSource(dev, args.width, args.height, args.fps)
+
+
+def run_live(args: argparse.Namespace) -> int:
+    """Run until Ctrl-C, ``--duration`` or the end of ``--video``; returns the exit code.
+
+    Raises:
+        LivefuseError: unreadable source photo or bad settings (the CLI prints it, exit 2).
+    """
+    config = AppConfig(
+        engine=EngineConfig(precision=args.precision, detect_every=args.detect_every,
+                            face_selector="one"),
+        cache=CacheConfig(enabled=args.cache, threshold=args.cache_threshold,
+                          refresh_every_n=args.cache_refresh)).validate()
+    face = load_image(args.source)
+    engine = default_engine_factory(config)
+    engine.set_source(face)  # a photo without a face fails here, before anything opens
+
+    def say(line: str) -> None:
+        print(f"[status] {line}", file=sys.stderr, flush=True)
+
+    metrics = Metrics()
+    sinks: list[Sink] = []
+    if args.virtual_cam:
+        sinks.append(VirtualCameraSink(args.width, args.height, args.fps, on_status=say))
+    if args.record is not None:
+        sinks.append(RecorderSink(args.record, fps=args.fps))
+    server = None
+    if args.metrics_port is not None:
+        try:
+            server = start_prometheus(metrics, args.metrics_port)
+        except (RuntimeError, OSError) as exc:
+            raise LivefuseError(f"--metrics-port {args.metrics_port}: {exc}") from exc
+    runner = LiveRunner(engine, _source(args), sinks, config, on_status=say, metrics=metrics)
+    stop = threading.Event()
+    old = signal.getsignal(signal.SIGINT)
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+    runner.start()
+    t_end = None if args.duration is None else time.monotonic() + args.duration
+    try:
+        while not stop.wait(1.0):
+            print(metrics.snapshot().line(), flush=True)
+            if runner.source_ended or (t_end is not None and time.monotonic() >= t_end):
+                break
+    finally:
+        runner.stop(1.0)
+        for s in sinks:
+            with contextlib.suppress(Exception):
+                s.close()
+        if server is not None:
+            server.shutdown()
+        if in_main:
+            signal.signal(signal.SIGINT, old)
+    print(f"frames processed: {metrics.snapshot(memory=False).frames_processed}", flush=True)
+    return 0
+
+
+__all__ = ["add_parser", "run_live"]

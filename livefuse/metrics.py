@@ -1,0 +1,262 @@
+"""Live measurements: frame rates, stage times, end-to-end latency, drops, cache counters, memory.
+
+:class:`Metrics` is written by the live runner's threads and read through :meth:`Metrics.snapshot`,
+a frozen value the UI and the CLI print. An optional Prometheus endpoint serves the same numbers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+_EMA_ALPHA = 0.1  # weight of the newest interval: ~10-frame memory
+
+
+class RateEMA:
+    """Events per second, smoothed by an exponential moving average of the intervals."""
+
+    def __init__(self, alpha: float = _EMA_ALPHA) -> None:
+        self.alpha = alpha
+        self._last_ns: int | None = None
+        self._interval_s: float | None = None
+        self.count = 0
+
+    def tick(self, now_ns: int | None = None) -> None:
+        now = time.perf_counter_ns() if now_ns is None else now_ns
+        if self._last_ns is not None:
+            dt = (now - self._last_ns) / 1e9
+            self._interval_s = dt if self._interval_s is None else (
+                self.alpha * dt + (1 - self.alpha) * self._interval_s)
+        self._last_ns = now
+        self.count += 1
+
+    def rate(self, now_ns: int | None = None) -> float:
+        """Events per second; 0 when fewer than two events or none for 2 s (a stall)."""
+        if self._interval_s is None or self._last_ns is None or self._interval_s <= 0:
+            return 0.0
+        now = time.perf_counter_ns() if now_ns is None else now_ns
+        if (now - self._last_ns) / 1e9 > max(2.0, 4 * self._interval_s):
+            return 0.0
+        return 1.0 / self._interval_s
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """One reading of every live measurement.
+
+    Attributes:
+        input_fps, processed_fps, output_fps: frames/s captured, through the engine, sent to
+            the sinks (EMA).
+        stage_ms: mean ms per engine stage (``detect``, ``track``, ``swap``, ...) over the window.
+        latency_p50_ms, latency_p95_ms: sink send time minus capture time, over the window.
+        frames_in, frames_processed, frames_out: counts since start.
+        dropped: frames dropped at each hand-off (``capture->engine``, ``engine->sinks``, per sink).
+        cache_hits, cache_misses, cache_forced_refreshes: pose-similarity cache counters.
+        vram_allocated_mib, vram_reserved_mib: torch's CUDA allocator, ``None`` without CUDA.
+        vram_process_mib: this process's GPU memory per NVML, ``None`` without a GPU.
+        rss_mib: resident set size of this process, ``None`` without psutil.
+    """
+
+    input_fps: float = 0.0
+    processed_fps: float = 0.0
+    output_fps: float = 0.0
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+    frames_in: int = 0
+    frames_processed: int = 0
+    frames_out: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_forced_refreshes: int = 0
+    vram_allocated_mib: float | None = None
+    vram_reserved_mib: float | None = None
+    vram_process_mib: float | None = None
+    rss_mib: float | None = None
+
+    def line(self) -> str:
+        """One human-readable line (the CLI prints it every second)."""
+        lat = ("-" if self.latency_p50_ms is None else
+               f"{self.latency_p50_ms:.0f}/{self.latency_p95_ms:.0f} ms")
+        stages = " ".join(f"{k} {v:.1f}" for k, v in sorted(self.stage_ms.items()))
+        drops = sum(self.dropped.values())
+        total = self.cache_hits + self.cache_misses + self.cache_forced_refreshes
+        cache = f"cache {self.cache_hits / total:.0%}" if total else "cache -"
+        mem = "" if self.rss_mib is None else f" rss {self.rss_mib:.0f} MiB"
+        if self.vram_process_mib is not None:
+            mem += f" vram {self.vram_process_mib:.0f} MiB"
+        return (f"in {self.input_fps:.1f} proc {self.processed_fps:.1f} out {self.output_fps:.1f}"
+                f" fps | latency p50/p95 {lat} | {stages} ms | dropped {drops} | {cache}{mem}")
+
+
+def _rss_mib() -> float | None:
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return float(psutil.Process().memory_info().rss) / 2**20
+
+
+def _torch_vram() -> tuple[float | None, float | None]:
+    import sys
+    torch: Any = sys.modules.get("torch")  # never import torch just to read a zero
+    if torch is None or not torch.cuda.is_available():
+        return None, None
+    return (torch.cuda.memory_allocated() / 2**20, torch.cuda.memory_reserved() / 2**20)
+
+
+class _Nvml:
+    """This process's GPU memory through NVML (nvidia-ml-py); inert without a GPU."""
+
+    def __init__(self) -> None:
+        self._ok: bool | None = None
+        self._mod: Any = None
+
+    def process_mib(self) -> float | None:
+        if self._ok is None:
+            try:
+                import pynvml
+                pynvml.nvmlInit()
+                self._mod, self._ok = pynvml, pynvml.nvmlDeviceGetCount() > 0
+            except Exception:  # no library, no driver, no GPU: all mean "not measurable"
+                self._ok = False
+        if not self._ok:
+            return None
+        import os
+        nv, pid, total = self._mod, os.getpid(), 0
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
+                if p.pid == pid and p.usedGpuMemory:
+                    total += p.usedGpuMemory
+        return total / 2**20
+
+
+class Metrics:
+    """Thread-safe accumulator of live measurements.
+
+    Args:
+        window: how many recent frames the latency percentiles and stage means cover.
+    """
+
+    def __init__(self, window: int = 120) -> None:
+        self._lock = threading.Lock()
+        self._input = RateEMA()
+        self._processed = RateEMA()
+        self._output = RateEMA()
+        self._latency_ms: deque[float] = deque(maxlen=window)
+        self._stages: dict[str, deque[float]] = {}
+        self._window = window
+        self._dropped: dict[str, int] = {}
+        self._cache = (0, 0, 0)
+        self._nvml = _Nvml()
+
+    def frame_in(self) -> None:
+        with self._lock:
+            self._input.tick()
+
+    def frame_processed(self, timings_ms: dict[str, float]) -> None:
+        with self._lock:
+            self._processed.tick()
+            for k, v in timings_ms.items():
+                self._stages.setdefault(k, deque(maxlen=self._window)).append(v)
+
+    def frame_out(self, t_capture_ns: int, t_sent_ns: int | None = None) -> None:
+        """A frame reached a sink; latency = send time - capture time."""
+        now = time.perf_counter_ns() if t_sent_ns is None else t_sent_ns
+        with self._lock:
+            self._output.tick(now)
+            self._latency_ms.append((now - t_capture_ns) / 1e6)
+
+    def set_dropped(self, where: str, count: int) -> None:
+        with self._lock:
+            self._dropped[where] = count
+
+    def set_cache(self, hits: int, misses: int, forced_refreshes: int) -> None:
+        with self._lock:
+            self._cache = (hits, misses, forced_refreshes)
+
+    def snapshot(self, memory: bool = True) -> MetricsSnapshot:
+        """A frozen reading; ``memory=False`` skips the RSS/VRAM queries (cheaper)."""
+        with self._lock:
+            lat = np.array(self._latency_ms) if self._latency_ms else None
+            stages = {k: float(np.mean(v)) for k, v in self._stages.items() if v}
+            snap = dict(
+                input_fps=self._input.rate(), processed_fps=self._processed.rate(),
+                output_fps=self._output.rate(), stage_ms=stages,
+                latency_p50_ms=None if lat is None else float(np.percentile(lat, 50)),
+                latency_p95_ms=None if lat is None else float(np.percentile(lat, 95)),
+                frames_in=self._input.count, frames_processed=self._processed.count,
+                frames_out=self._output.count, dropped=dict(self._dropped),
+                cache_hits=self._cache[0], cache_misses=self._cache[1],
+                cache_forced_refreshes=self._cache[2])
+        if memory:
+            alloc, reserved = _torch_vram()
+            snap.update(vram_allocated_mib=alloc, vram_reserved_mib=reserved,
+                        vram_process_mib=self._nvml.process_mib(), rss_mib=_rss_mib())
+        return MetricsSnapshot(**snap)  # type: ignore[arg-type]
+
+
+def start_prometheus(metrics: Metrics, port: int, addr: str = "127.0.0.1") -> Any:
+    """Serve ``metrics`` at ``http://addr:port/metrics`` (prometheus_client), local only.
+
+    Returns:
+        The server object (``shutdown()`` stops it; prometheus_client >= 0.17).
+
+    Raises:
+        RuntimeError: prometheus_client is not installed.
+        OSError: the port is taken.
+    """
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    except ImportError as exc:
+        raise RuntimeError("--metrics-port needs prometheus_client: pip install "
+                           "'livefuse[metrics]'") from exc
+
+    class _Collector:
+        def collect(self) -> Any:
+            s = metrics.snapshot()
+            for name, fps in (("input", s.input_fps), ("processed", s.processed_fps),
+                              ("output", s.output_fps)):
+                g = GaugeMetricFamily(f"livefuse_{name}_fps", f"{name} frames per second (EMA)")
+                g.add_metric([], fps)
+                yield g
+            g = GaugeMetricFamily("livefuse_latency_ms", "end-to-end latency", labels=["q"])
+            for q, lat in (("0.5", s.latency_p50_ms), ("0.95", s.latency_p95_ms)):
+                if lat is not None:
+                    g.add_metric([q], lat)
+            yield g
+            g = GaugeMetricFamily("livefuse_stage_ms", "mean stage time", labels=["stage"])
+            for k, v in s.stage_ms.items():
+                g.add_metric([k], v)
+            yield g
+            c = CounterMetricFamily("livefuse_dropped_frames", "dropped frames", labels=["at"])
+            for k, n in s.dropped.items():
+                c.add_metric([k], n)
+            yield c
+            c = CounterMetricFamily("livefuse_cache", "pose cache lookups", labels=["result"])
+            for k, n in (("hit", s.cache_hits), ("miss", s.cache_misses),
+                         ("forced_refresh", s.cache_forced_refreshes)):
+                c.add_metric([k], n)
+            yield c
+            for name, mib in (("rss_mib", s.rss_mib), ("vram_process_mib", s.vram_process_mib),
+                              ("vram_allocated_mib", s.vram_allocated_mib)):
+                if mib is not None:
+                    g = GaugeMetricFamily(f"livefuse_{name}", name.replace("_", " "))
+                    g.add_metric([], mib)
+                    yield g
+
+    registry = CollectorRegistry()
+    registry.register(_Collector())
+    server, _thread = start_http_server(port, addr=addr, registry=registry)
+    return server
+
+
+__all__ = ["Metrics", "MetricsSnapshot", "RateEMA", "start_prometheus"]

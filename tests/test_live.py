@@ -1,0 +1,255 @@
+"""LiveRunner end to end: a video file stands in for the camera, a recording pyvirtualcam
+backend stands in for the virtual camera device."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import cv2
+import insightface
+import numpy as np
+import pytest
+import pyvirtualcam
+from skimage import data
+
+from livefuse.config import AppConfig, CacheConfig, EngineConfig
+from livefuse.engine import Engine
+from livefuse.imaging import LoadedImage
+from livefuse.io.sinks import CallbackSink, VirtualCameraSink
+from livefuse.io.sources import ImageSource, TestPatternSource, VideoFileSource
+from livefuse.io.synthetic import motion_clip, write_clip
+from livefuse.live import LiveRunner
+from livefuse.types import Frame, FramePacket
+
+
+def _imread(path: str) -> np.ndarray:
+    img = cv2.imread(path)
+    if img is None:
+        raise FileNotFoundError(path)
+    return np.asarray(img, np.uint8)
+
+
+class RecordingBackend:
+    """A pyvirtualcam backend that keeps every frame it is sent."""
+
+    frames: ClassVar[list[np.ndarray]] = []
+    size: ClassVar[tuple[int, int]] = (0, 0)
+
+    def __init__(self, *, width: int, height: int, fps: float, fourcc: int,
+                 device: str | None, **kw: Any) -> None:
+        RecordingBackend.size = (width, height)
+        self._fourcc = fourcc
+
+    def close(self) -> None:
+        pass
+
+    def send(self, frame: np.ndarray) -> None:
+        w, h = RecordingBackend.size
+        RecordingBackend.frames.append(frame.reshape(h, w, 3).copy())
+
+    def device(self) -> str:
+        return "recording"
+
+    def native_fourcc(self) -> int | None:
+        return self._fourcc
+
+
+class MissingBackend(RecordingBackend):
+    def __init__(self, **kw: Any) -> None:
+        raise RuntimeError("no v4l2loopback device found")
+
+
+pyvirtualcam.register_backend("recording", RecordingBackend)
+pyvirtualcam.register_backend("missing", MissingBackend)
+
+
+def _wait(cond: Any, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture(scope="module")
+def clip_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    photo = _imread(str(Path(insightface.__file__).parent / "data/images/t1.jpg"))
+    frames = motion_clip(photo, (640, 480), 30, centre=(514.0, 362.0), face_px=125.0)
+    return write_clip(frames, tmp_path_factory.mktemp("clip") / "cam.mp4", audio=False)
+
+
+@pytest.fixture(scope="module")
+def source_face() -> LoadedImage:
+    return LoadedImage(bgr=np.ascontiguousarray(data.astronaut()[..., ::-1]), alpha=None,
+                       path=Path("astronaut.png"))
+
+
+def test_frames_flow_to_the_virtual_camera(clip_path: Path, source_face: LoadedImage) -> None:
+    RecordingBackend.frames.clear()
+    first: list[Frame] = []
+    cfg = AppConfig(engine=EngineConfig(detect_every=3, face_selector="one"),
+                    cache=CacheConfig(threshold=0.5, refresh_every_n=5))
+    statuses: list[str] = []
+    with VirtualCameraSink(320, 180, 30, backend="recording", on_status=statuses.append) as cam:
+        keep_first = CallbackSink(lambda f, t: first.append(f) if not first else None)
+        runner = LiveRunner(lambda c: Engine(c.engine, cache=c.cache),
+                            VideoFileSource(clip_path, loop=True), [cam, keep_first],
+                            cfg, source_face=source_face, on_status=statuses.append)
+        runner.start()
+        assert _wait(lambda: len(RecordingBackend.frames) >= 15, 30), statuses
+        assert runner.stop(1.0)
+    snap = runner.metrics.snapshot()
+    assert snap.frames_processed >= 15 and snap.latency_p50_ms is not None
+    assert snap.cache_hits > 0
+    assert any(s.startswith("virtual camera on: recording") for s in statuses)
+    rec = RecordingBackend.frames[-1]
+    assert rec.shape == (180, 320, 3) and rec.dtype == np.uint8
+    # 640x480 letterboxed into 320x180: black bars left and right, picture 240 px wide.
+    assert rec[:, :38].max() == 0 and rec[:, 282:].max() == 0 and rec[:, 40:280].mean() > 30
+    # RGB order: the sink's frame equals the BGR output reversed (first frame is sent first).
+    out = first[0]
+    expected = cv2.resize(out, (240, 180), interpolation=cv2.INTER_AREA)[..., ::-1]
+    assert np.abs(RecordingBackend.frames[0][:, 40:280].astype(int) - expected).mean() < 1.0
+    # The face region changed against the camera's frame.
+    raw = cv2.resize(_first_frame(clip_path), (240, 180),
+                     interpolation=cv2.INTER_AREA)[..., ::-1]
+    centre = (slice(60, 120), slice(90, 150))
+    diff = np.abs(RecordingBackend.frames[0][:, 40:280][centre].astype(int) - raw[centre])
+    assert diff.mean() > 8
+
+
+def _first_frame(path: Path) -> Frame:
+    from livefuse.io.video import read_frames
+    return read_frames(path)[0]
+
+
+def test_missing_virtual_camera_is_reported_and_the_rest_runs(source_face: LoadedImage) -> None:
+    statuses: list[str] = []
+    got: list[int] = []
+    with VirtualCameraSink(320, 240, 30, backend="missing", on_status=statuses.append,
+                           retry_s=0.2) as cam:
+        runner = LiveRunner(_Passthrough(), TestPatternSource(160, 120, 60),
+                            [cam, CallbackSink(lambda f, t: got.append(1))])
+        runner.start()
+        assert _wait(lambda: len(got) >= 10, 10)
+        assert runner.stop(1.0)
+    assert any("virtual camera missing: " in s and "no v4l2loopback" in s for s in statuses)
+
+
+class _Passthrough:
+    """An engine stub: the frame through unchanged, optionally slowly, optionally raising."""
+
+    def __init__(self, delay_s: float = 0.0, fail_every: int = 0) -> None:
+        self.delay_s, self.fail_every, self.calls = delay_s, fail_every, 0
+
+    def set_source(self, image: LoadedImage) -> None:
+        pass
+
+    def process(self, frame: Frame, index: int = 0, t_capture_ns: int | None = None,
+                strict: bool = False) -> FramePacket:
+        self.calls += 1
+        if self.fail_every and self.calls % self.fail_every == 0:
+            raise RuntimeError("stub failure")
+        time.sleep(self.delay_s)
+        return FramePacket(index=index, t_capture_ns=t_capture_ns or 0, frame=frame,
+                           output=frame, timings_ms={"swap": self.delay_s * 1e3})
+
+
+def test_slow_engine_drops_frames_but_latency_stays_bounded() -> None:
+    runner = LiveRunner(_Passthrough(delay_s=0.1), TestPatternSource(160, 120, 100), [])
+    runner.start()
+    time.sleep(2.0)
+    assert runner.stop(1.0)
+    snap = runner.metrics.snapshot()
+    assert 10 <= snap.frames_processed <= 21  # ~10 fps, set by the engine
+    assert snap.dropped["capture->engine"] >= 100  # the camera ran at ~100 fps
+    # latency = waiting at most one capture period + one processing time, never a queue
+    assert snap.latency_p95_ms is not None and snap.latency_p95_ms < 160
+
+
+def test_slow_sink_never_queues() -> None:
+    lat: list[float] = []
+
+    def slow(frame: Frame, t_ns: int) -> None:
+        time.sleep(0.08)
+        lat.append((time.perf_counter_ns() - t_ns) / 1e6)
+
+    runner = LiveRunner(_Passthrough(), TestPatternSource(160, 120, 100), [CallbackSink(slow)])
+    runner.start()
+    time.sleep(1.5)
+    assert runner.stop(1.0)
+    # A queue would grow: 100 fps in, ~12 fps out, so 1.5 s would pile up > 1 s of latency.
+    # One slot keeps it at one sink call + one capture period (generous for a loaded machine).
+    assert len(lat) >= 10 and max(lat[3:]) < 400
+    assert runner.metrics.snapshot().dropped["capture->engine"] > 50
+
+
+def test_engine_and_sink_errors_are_reported_and_stop_still_works() -> None:
+    statuses: list[str] = []
+
+    def bad_sink(frame: Frame, t_ns: int) -> None:
+        raise OSError("disk full")
+
+    runner = LiveRunner(_Passthrough(fail_every=2), TestPatternSource(64, 48, 60),
+                        [CallbackSink(bad_sink)], on_status=statuses.append)
+    runner.start()
+    assert _wait(lambda: runner.errors >= 6, 5)
+    t0 = time.monotonic()
+    assert runner.stop(1.0)
+    assert time.monotonic() - t0 < 1.0
+    assert any(s == "engine error: stub failure" for s in statuses)
+    assert any(s == "sink callback failed: disk full" for s in statuses)
+
+
+def test_apply_changes_settings_at_a_frame_boundary(source_face: LoadedImage) -> None:
+    built: list[AppConfig] = []
+
+    class Factory:
+        def __call__(self, cfg: AppConfig) -> Any:
+            built.append(cfg)
+            return _Passthrough()
+
+    runner = LiveRunner(Factory(), ImageSource(np.zeros((48, 64, 3), np.uint8), 100), [],
+                        AppConfig(), source_face=source_face)
+    runner.start()
+    assert _wait(lambda: runner.metrics.snapshot(memory=False).frames_processed > 3, 5)
+    new = AppConfig(engine=EngineConfig(detect_every=4))
+    threading.Thread(target=runner.apply, args=(new,)).start()  # from another thread
+    assert _wait(lambda: len(built) == 2, 5)
+    assert built[1].engine.detect_every == 4 and runner.config == new
+    assert runner.stop(1.0)
+
+
+def test_start_stop_cycles_leave_no_thread() -> None:
+    before = {t.ident for t in threading.enumerate()}
+    runner = LiveRunner(_Passthrough(), TestPatternSource(64, 48, 200), [])
+    for i in range(50):
+        runner.start()
+        time.sleep(0.005)
+        assert runner.stop(1.0), (i, [t.name for t in threading.enumerate()])
+    left = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    assert left == []
+
+
+def test_live_cli_records_a_video_file(clip_path: Path, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from livefuse.io.video import probe
+    from livefuse.live_cli import add_parser
+
+    skimage_png = tmp_path / "face.png"
+    cv2.imwrite(str(skimage_png), np.ascontiguousarray(data.astronaut()[..., ::-1]))
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    out = tmp_path / "out.mp4"
+    args = parser.parse_args(["live", "--source", str(skimage_png), "--video", str(clip_path),
+                              "--record", str(out), "--cache-refresh", "5", "--duration", "1.5"])
+    assert args.func(args) == 0
+    printed = capsys.readouterr().out
+    assert "fps | latency p50/p95" in printed and "frames processed:" in printed
+    assert probe(out).width == 640

@@ -10,9 +10,11 @@ from pathlib import Path
 
 from livefuse import __version__
 from livefuse.config import (
+    BACKEND_CHOICES,
     BLEND_CHOICES,
     ENGINE_CHOICES,
     FACE_SELECTOR_CHOICES,
+    PRECISION_CHOICES,
     EngineConfig,
 )
 from livefuse.errors import LivefuseError
@@ -20,7 +22,16 @@ from livefuse.errors import LivefuseError
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
     d = EngineConfig()
-    p.add_argument("--engine", choices=ENGINE_CHOICES, default=d.engine)
+    p.add_argument("--engine", choices=ENGINE_CHOICES, default=d.engine,
+                   help="classic: offline, no download (default); neural: inswapper_128 + "
+                        "buffalo_l models (see `livefuse models`)")
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default=d.precision,
+                   help="neural: auto = fp16 on CUDA with compute capability >= 7.0, else fp32")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, default=d.backend,
+                   help="neural: our PyTorch port or onnxruntime")
+    p.add_argument("--device", default=d.device, help="neural: auto, cpu, cuda or cuda:N")
+    p.add_argument("--models-dir", default=None,
+                   help="neural: model folder (default $LIVEFUSE_MODELS_DIR or the user data dir)")
     p.add_argument("--face-selector", choices=FACE_SELECTOR_CHOICES, default=d.face_selector,
                    help="one: the largest target face (or --target-face-index); many: every "
                         "face; reference: the face nearest to --reference")
@@ -38,7 +49,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def _engine_config(args: argparse.Namespace) -> EngineConfig:
-    return EngineConfig(engine=args.engine, face_selector=args.face_selector,
+    return EngineConfig(engine=args.engine, precision=args.precision, backend=args.backend,
+                        device=args.device, models_dir=args.models_dir,
+                        face_selector=args.face_selector,
                         target_face_index=args.target_face_index,
                         detect_every=args.detect_every, blend=args.blend,
                         keep_mouth=args.keep_mouth).validate()
@@ -80,6 +93,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gui_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    try:
+        # The one edge from the engine package to the GUI: launched lazily, only here, so
+        # `import livefuse` never needs PySide6 (pyproject's import-linter contract allows it).
+        from livefuse_ui.app import add_parser as add_gui_parser
+    except ImportError:  # pragma: no cover - livefuse_ui is part of the same distribution
+        return
+    add_gui_parser(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="livefuse", description="Real-time face swap for streamers.")
@@ -102,9 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
 
+    from livefuse import live_cli
     from livefuse.models import cli as models_cli
 
     models_cli.add_parser(sub)
+    models_cli.add_doctor_parser(sub)
+    live_cli.add_parser(sub)
+    _gui_parser(sub)
 
     p = sub.add_parser("bench", help="print the engine's fps table on the demo clip")
     p.add_argument("--frames", type=int, default=120, help="frames per table row")
@@ -119,10 +146,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
         format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
+        # `livefuse` alone opens the desktop app, as a streamer expects from a double-click.
+        args = parser.parse_args(["gui"])
     try:
         return int(args.func(args))
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("PySide6", "shiboken6"):
+            print("livefuse: error: the desktop app needs PySide6: pip install 'livefuse[gui]' "
+                  "(or use `livefuse run`, `livefuse live`)", file=sys.stderr)
+            return 2
+        raise
     except LivefuseError as exc:
         print(f"livefuse: error: {exc}", file=sys.stderr)
         return 2

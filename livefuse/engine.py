@@ -15,16 +15,31 @@ import numpy as np
 
 from livefuse.cache import PoseCache, pose_key
 from livefuse.config import CacheConfig, EngineConfig
-from livefuse.errors import ConfigError, FaceIndexError, NoFaceError
+from livefuse.errors import FaceIndexError, NoFaceError
 from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 from livefuse.faces.selection import detect_robust, pick_source_face, select_targets
 from livefuse.imaging import LoadedImage
-from livefuse.swap.classic import ClassicSwapper, RenderedFace, prepare_source
+from livefuse.swap.classic import ClassicSwapper, RenderedFace
 from livefuse.types import Face, FloatArray, Frame, FramePacket
 
 
 class Swapper(Protocol):
+    """What the Engine needs of a swapper (classic and neural both provide it).
+
+    Swappers that also have ``render(frame, target, source) -> RenderedFace | None`` and
+    ``paste(frame, rendered)`` get the pose-similarity cache.
+    """
+
+    def prepare(self, image: Frame, face: Face, path: Path | None = None) -> Any: ...
     def swap(self, frame: Frame, target: Face, source: Any) -> bool: ...
+
+
+class Analyser(Protocol):
+    """What the Engine needs of a face analyser (dlib's or SCRFD + ArcFace)."""
+
+    def detect(self, frame: Frame, upsample: int | None = None) -> list[Face]: ...
+    def track(self, frame: Frame, face: Face) -> Face | None: ...
+    def embed(self, frame: Frame, face: Face) -> FloatArray: ...
 
 
 def _ms(t0: int) -> float:
@@ -105,23 +120,36 @@ class Engine:
 
     Args:
         config: validated on construction.
-        analyser: face analyser; the offline dlib one by default.
+        analyser: classic engine: the face analyser (the offline dlib one by default), e.g. to
+            share one between engines.
         cache: the pose-similarity cache's settings (design.md section 4); off when omitted, so
             offline jobs swap every frame afresh. It works with swappers that can ``render`` and
-            ``paste`` separately (the classic one).
+            ``paste`` separately (classic and neural, except the neural GPU-paste path).
+        components: ``(analyser, swapper)`` built by the caller (tests, custom models); by
+            default the classic parts, or for ``engine='neural'`` the catalog's verified models
+            (:func:`livefuse.swap.neural_engine.build_neural`).
 
     Raises:
-        ConfigError: invalid config, or an engine that is not available.
+        ConfigError: invalid config.
+        LivefuseError: neural engine: a model is missing, corrupt or cannot be loaded (the
+            message names the file and the `livefuse models` command that fixes it).
     """
 
-    def __init__(self, config: EngineConfig, analyser: DlibFaceAnalyser | None = None,
-                 cache: CacheConfig | None = None) -> None:
+    def __init__(self, config: EngineConfig, analyser: Analyser | None = None,
+                 cache: CacheConfig | None = None,
+                 components: tuple[Analyser, Swapper] | None = None) -> None:
         self.config = config.validate()
-        if config.engine != "classic":
-            raise ConfigError(
-                f"engine '{config.engine}' is not available in this build; use --engine classic")
-        self.analyser = analyser or DlibFaceAnalyser()
-        self.swapper: Swapper = ClassicSwapper(config)
+        self.analyser: Analyser
+        self.swapper: Swapper
+        if components is not None:
+            self.analyser, self.swapper = components
+        elif config.engine == "neural":
+            from livefuse.swap.neural_engine import build_neural
+
+            self.analyser, self.swapper = build_neural(config)
+        else:
+            self.analyser = analyser or DlibFaceAnalyser()
+            self.swapper = ClassicSwapper(config)
         self._source: Any = None
         self.source_face: Face | None = None
         self._reference: FloatArray | None = None
@@ -141,7 +169,7 @@ class Engine:
         """
         faces = detect_robust(self.analyser, image.bgr)
         face = pick_source_face(faces, image.path, face_index)
-        self._source = prepare_source(image.bgr, face, image.path)
+        self._source = self.swapper.prepare(image.bgr, face, image.path)
         self.source_face = face
         self.reset_tracking()
         self.cache.invalidate()
@@ -297,7 +325,9 @@ class Engine:
     def _swap_one(self, out: Frame, face: Face) -> bool:
         """Swap one face into ``out``, through the pose-similarity cache when it is on."""
         sw: Any = self.swapper
-        if not (self.cache.enabled and hasattr(sw, "render") and hasattr(sw, "paste")):
+        cacheable = hasattr(sw, "render") and hasattr(sw, "paste") and \
+            getattr(sw, "supports_cache", True)
+        if not (self.cache.enabled and cacheable):
             return bool(sw.swap(out, face, self._source))
         h, w = out.shape[:2]
         key = pose_key(out, face)
@@ -319,6 +349,11 @@ class Engine:
     def retain_tracks(self) -> None:
         """Drop cached faces whose track is gone (called once per frame by :meth:`process`)."""
         self.cache.retain({f.track_id for f in self._previous})
+
+    @property
+    def precision_in_use(self) -> str:
+        """The swap precision actually running, e.g. ``fp16`` or ``fp32 (fallback)``."""
+        return str(getattr(self.swapper, "precision_in_use", "n/a (classic engine)"))
 
     @property
     def has_source(self) -> bool:

@@ -138,7 +138,7 @@ def _piecewise_affine_maps(src_pts: FloatArray, dst_pts: FloatArray,
 
 
 def transfer_colour_lab(src: Frame, ref: Frame, mask: npt.NDArray[np.bool_]) -> Frame:
-    """Reinhard et al. 2001 colour transfer: match ``src``'s LAB mean/std to ``ref`` inside ``mask``.
+    """Reinhard et al. 2001 colour transfer: ``src``'s LAB mean/std matched to ``ref`` in ``mask``.
 
     Args:
         src, ref: ``(h, w, 3) uint8 BGR`` of the same size.
@@ -167,6 +167,11 @@ class ClassicSwapper:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+
+    @staticmethod
+    def prepare(image: Frame, face: Face, path: Path | None = None) -> ClassicSource:
+        """The source face prepared once (:func:`prepare_source`)."""
+        return prepare_source(image, face, path)
 
     def swap(self, frame: Frame, target: Face, source: ClassicSource) -> bool:
         """Replace ``target``'s face in ``frame`` (``(H, W, 3) uint8 BGR``, modified in place).

@@ -93,7 +93,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gui_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _gui_parser(sub: argparse._SubParsersAction) -> None:
     try:
         # The one edge from the engine package to the GUI: launched lazily, only here, so
         # `import livefuse` never needs PySide6 (pyproject's import-linter contract allows it).

@@ -30,7 +30,7 @@ _POLL_S = 0.25  # how often the inference thread wakes without frames (watchdog,
 class EngineLike(Protocol):
     """What the runner needs from an engine (:class:`livefuse.engine.Engine` has it)."""
 
-    def set_source(self, image: LoadedImage) -> Any: ...
+    def set_source(self, image: LoadedImage, face_index: int | None = None) -> Any: ...
     def process(self, frame: Frame, index: int = 0, t_capture_ns: int | None = None,
                 strict: bool = False) -> FramePacket: ...
 
@@ -49,6 +49,7 @@ def default_engine_factory(config: AppConfig) -> EngineLike:
 class _Pending:
     config: AppConfig | None = None
     source_face: LoadedImage | None = None
+    face_index: int | None = None
 
 
 class LiveRunner:
@@ -61,6 +62,7 @@ class LiveRunner:
         sinks: receive every processed frame (``send(frame, t_capture_ns)``).
         config: the starting settings.
         source_face: the source face photo; set on the engine before the first frame.
+        face_index: which face of that photo (left to right from 0); ``None``: the largest.
         on_status: status lines (``camera lost: ...``, ``virtual camera missing: ...``,
             ``engine error: ...``); called from the runner's threads.
         metrics: where measurements go; a new :class:`Metrics` by default.
@@ -68,7 +70,7 @@ class LiveRunner:
 
     def __init__(self, engine: EngineLike | EngineFactory, source: Source,
                  sinks: Sequence[Sink] = (), config: AppConfig | None = None,
-                 source_face: LoadedImage | None = None,
+                 source_face: LoadedImage | None = None, face_index: int | None = None,
                  on_status: Callable[[str], None] | None = None,
                  metrics: Metrics | None = None) -> None:
         self.config = (config or AppConfig()).validate()
@@ -83,7 +85,8 @@ class LiveRunner:
         self.metrics = metrics or Metrics()
         self._on_status = on_status or (lambda s: None)
         self._source_face = source_face
-        self._pending = _Pending(source_face=source_face)
+        self._face_index = face_index
+        self._pending = _Pending(source_face=source_face, face_index=face_index)
         self._lock = threading.Lock()  # guards _pending, start/stop
         self._slot: LatestSlot[tuple[Frame, int]] | None = None
         self._capture: Capture | None = None
@@ -154,8 +157,9 @@ class LiveRunner:
             return cap_ok and (t is None or not t.is_alive())
 
     def apply(self, config: AppConfig | None = None,
-              source_face: LoadedImage | None = None) -> None:
-        """Hand over new settings and/or a new source face; taken at the next frame boundary.
+              source_face: LoadedImage | None = None, face_index: int | None = None) -> None:
+        """Hand over new settings and/or a new source face (and which of its faces, left to
+        right; ``None``: the largest); taken at the next frame boundary.
 
         Raises:
             ConfigError: ``config`` is invalid (checked here, on the caller's thread).
@@ -167,6 +171,7 @@ class LiveRunner:
                 self._pending.config = config
             if source_face is not None:
                 self._pending.source_face = source_face
+                self._pending.face_index = face_index
 
     # -- the inference thread -------------------------------------------------------------------
     def _take_pending(self) -> None:
@@ -175,7 +180,7 @@ class LiveRunner:
         cfg = pending.config
         face = pending.source_face
         if face is not None:
-            self._source_face = face
+            self._source_face, self._face_index = face, pending.face_index
         rebuild = self._engine is None
         if cfg is not None:
             old, self.config = self.config, cfg
@@ -189,7 +194,7 @@ class LiveRunner:
         elif rebuild and cfg is not None and self._engine is not None:
             self.status("engine settings ignored: this runner was given a fixed engine")
         if face is not None and self._engine is not None:
-            self._engine.set_source(face)
+            self._engine.set_source(face, self._face_index)
 
     def _run(self) -> None:
         slot, capture = self._slot, self._capture

@@ -8,6 +8,7 @@ hand the frame to their own thread through a one-frame slot (a busy consumer dro
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -63,6 +64,11 @@ class Sink:
         self.close()
 
 
+def native_vcam_backend() -> str:
+    """pyvirtualcam's backend for this OS: ``v4l2loopback`` on Linux, ``obs`` elsewhere."""
+    return "v4l2loopback" if sys.platform.startswith("linux") else "obs"
+
+
 class VirtualCameraSink(Sink):
     """Frames to a virtual camera through pyvirtualcam, paced on the sink's own thread.
 
@@ -86,7 +92,10 @@ class VirtualCameraSink(Sink):
                  on_status: Callable[[str], None] = lambda s: None,
                  on_sent: Callable[[int, int], None] | None = None, retry_s: float = 2.0) -> None:
         self.width, self.height, self.fps = width, height, fps
-        self.device, self.backend, self.retry_s = device, backend, retry_s
+        # Never pyvirtualcam's "try every registered backend": a test or plugin backend
+        # registered elsewhere in the process must not capture a streamer's output.
+        self.device, self.retry_s = device, retry_s
+        self.backend = backend or native_vcam_backend()
         self.on_status, self.on_sent = on_status, on_sent
         self._slot: LatestSlot[tuple[Frame, int]] = LatestSlot()
         self._enabled = threading.Event()

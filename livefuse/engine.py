@@ -16,7 +16,6 @@ import numpy as np
 from livefuse.cache import PoseCache, pose_key
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.errors import FaceIndexError, NoFaceError
-from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 from livefuse.faces.selection import detect_robust, pick_source_face, select_targets
 from livefuse.imaging import LoadedImage
 from livefuse.swap.classic import ClassicSwapper, RenderedFace
@@ -148,7 +147,12 @@ class Engine:
 
             self.analyser, self.swapper = build_neural(config)
         else:
-            self.analyser = analyser or DlibFaceAnalyser()
+            if analyser is None:
+                # dlib only when the classic engine is used: the neural path runs without it.
+                from livefuse.faces.dlib_analyser import DlibFaceAnalyser
+
+                analyser = DlibFaceAnalyser()
+            self.analyser = analyser
             self.swapper = ClassicSwapper(config)
         self._source: Any = None
         self.source_face: Face | None = None

@@ -21,14 +21,9 @@ import cv2
 import dlib
 import numpy as np
 
+from livefuse.faces.landmarks import kps_from_landmarks
 from livefuse.types import Face, FloatArray, Frame
 
-# Landmark index ranges of the iBUG 300-W 68-point scheme.
-JAW = slice(0, 17)
-RIGHT_EYE = slice(36, 42)  # the subject's right eye: image-left
-LEFT_EYE = slice(42, 48)
-MOUTH_LEFT, MOUTH_RIGHT, NOSE_TIP = 48, 54, 30
-INNER_MOUTH = slice(60, 68)
 PREDICTOR_68 = "shape_predictor_68_face_landmarks.dat"
 RESNET_EMBEDDER = "dlib_face_recognition_resnet_model_v1.dat"
 
@@ -49,13 +44,6 @@ def model_path(name: str) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: reinstall face_recognition_models")
     return path
-
-
-def kps_from_landmarks(lm: FloatArray) -> FloatArray:
-    """5 InsightFace-order keypoints ``(5, 2) float32`` from 68 landmarks ``(68, 2)``."""
-    return np.stack(
-        [lm[RIGHT_EYE].mean(0), lm[LEFT_EYE].mean(0), lm[NOSE_TIP], lm[MOUTH_LEFT], lm[MOUTH_RIGHT]]
-    ).astype(np.float32)
 
 
 def _rect(bbox: FloatArray) -> Any:

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from scipy.spatial import Delaunay
 
 from livefuse.config import EngineConfig
-from livefuse.faces.dlib_analyser import INNER_MOUTH, JAW
+from livefuse.faces.landmarks import INNER_MOUTH, JAW
 from livefuse.types import Face, FloatArray, Frame
 
 # Points that fix the similarity transform: brows, nose bridge and wings, eye corners.

@@ -19,7 +19,6 @@ from pathlib import Path
 from livefuse.config import EngineConfig, FaceSelector
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage, load_image, save_image
-from livefuse.io.synthetic import motion_clip
 from livefuse.samples import astronaut, insightface_image
 
 SIZES: tuple[tuple[tuple[int, int], int], ...] = (((640, 480), 150), ((1280, 720), 220))
@@ -51,6 +50,8 @@ def bench_classic(frames: int = 120, detect_every: tuple[int, ...] = (1, 3, 5),
                   selectors: tuple[FaceSelector, ...] = ("one", "many"),
                   out: Callable[[str], None] = print) -> list[dict[str, float]]:
     """Run the classic-engine table and print it through ``out``. Returns the rows."""
+    from livefuse.io.synthetic import motion_clip  # PyAV: not needed by the other benchmarks
+
     photo = load_image(insightface_image("t1.jpg")).bgr
     probe = Engine(EngineConfig())
     face = max(probe.analyser.detect(photo), key=lambda f: f.area)

@@ -12,9 +12,9 @@ from livefuse import __version__
 from livefuse.config import (
     BACKEND_CHOICES,
     BLEND_CHOICES,
-    ENGINE_CHOICES,
     FACE_SELECTOR_CHOICES,
     PRECISION_CHOICES,
+    RUN_ENGINE_CHOICES,
     EngineConfig,
 )
 from livefuse.errors import LivefuseError
@@ -22,8 +22,9 @@ from livefuse.errors import LivefuseError
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
     d = EngineConfig()
-    p.add_argument("--engine", choices=ENGINE_CHOICES, default=d.engine,
-                   help="classic: offline, no download (default); neural: inswapper_128 + "
+    p.add_argument("--engine", choices=RUN_ENGINE_CHOICES, default="auto",
+                   help="auto (default): neural when its models are present and verified, else "
+                        "classic; classic: offline, no download; neural: inswapper_128 + "
                         "buffalo_l models (see `livefuse models`)")
     p.add_argument("--precision", choices=PRECISION_CHOICES, default=d.precision,
                    help="neural: auto = fp16 on CUDA with compute capability >= 7.0, else fp32")
@@ -49,7 +50,15 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def _engine_config(args: argparse.Namespace) -> EngineConfig:
-    return EngineConfig(engine=args.engine, precision=args.precision, backend=args.backend,
+    engine = args.engine
+    if engine == "auto":
+        from livefuse.swap.neural_engine import neural_models_present
+
+        engine = "neural" if neural_models_present(args.models_dir) else "classic"
+        why = "its models are present" if engine == "neural" else \
+            "the neural models are not installed (`livefuse models list`)"
+        print(f"engine: {engine} ({why})", file=sys.stderr)
+    return EngineConfig(engine=engine, precision=args.precision, backend=args.backend,
                         device=args.device, models_dir=args.models_dir,
                         face_selector=args.face_selector,
                         target_face_index=args.target_face_index,

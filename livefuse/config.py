@@ -24,6 +24,8 @@ FaceSelector = Literal["one", "many", "reference"]
 BlendMode = Literal["feather", "seamless"]
 
 ENGINE_CHOICES: tuple[str, ...] = get_args(EngineName)
+RUN_ENGINE_CHOICES: tuple[str, ...] = ("auto", *ENGINE_CHOICES)
+"""``livefuse run``: ``auto`` = neural when its models are present and verified, else classic."""
 PRECISION_CHOICES: tuple[str, ...] = get_args(Precision)
 BACKEND_CHOICES: tuple[str, ...] = get_args(Backend)
 FACE_SELECTOR_CHOICES: tuple[str, ...] = get_args(FaceSelector)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 # Qt tests run without a display; set before any Qt import (pytest-qt aborts otherwise).
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Tests never see the developer's own downloaded models: `--engine auto` then stays classic.
+os.environ["LIVEFUSE_MODELS_DIR"] = tempfile.mkdtemp(prefix="livefuse-test-models-")
 
 from pathlib import Path
 

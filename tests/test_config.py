@@ -69,7 +69,7 @@ def test_cli_reads_the_same_choice_sets() -> None:
     sub = next(a for a in parser._actions if a.dest == "command")
     run = sub.choices["run"]  # type: ignore[attr-defined]
     actions = {a.dest: a for a in run._actions}
-    assert tuple(actions["engine"].choices) == ENGINE_CHOICES
+    assert tuple(actions["engine"].choices) == ("auto", *ENGINE_CHOICES)
     assert tuple(actions["face_selector"].choices) == FACE_SELECTOR_CHOICES
 
 

@@ -191,3 +191,14 @@ def test_bench_prints_a_row_per_setting(capsys: pytest.CaptureFixture[str]) -> N
     assert len(rows) == 4  # 2 sizes x 2 detection intervals
     assert all(r["fps"] > 0 and r["faces"] >= 1 for r in rows)
     assert "640x480" in text and "1280x720" in text
+
+
+def test_engine_auto_falls_back_to_classic_without_models(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out.jpg"
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out,
+                "--models-dir", tmp_path / "no-models") == 0
+    captured = capsys.readouterr()
+    assert "engine: classic (the neural models are not installed" in captured.err
+    assert "faces swapped:       6" in captured.out

@@ -75,6 +75,16 @@ def catalog_paths(config: EngineConfig) -> NeuralPaths:
     return NeuralPaths(det, rec, require(full, d))
 
 
+def neural_models_present(directory: str | None = None) -> bool:
+    """True when the detector, the recogniser and an inswapper file are present and verified
+    (digests are cached, so only the first call after a download hashes the files)."""
+    d = models_dir(directory)
+    if any(status(get_spec(n), d) != "present" for n in ("det_10g", "w600k_r50")):
+        return False
+    return any(status(get_spec(n), d) == "present"
+               for n in ("inswapper_128", "inswapper_128_fp16"))
+
+
 class NeuralFaceSwapper:
     """Adapts :class:`NeuralSwapper` to the Engine: the source is prepared from the analyser's
     ArcFace embedding, and ``render`` produces a bbox-local patch so the pose cache can reuse it.

@@ -9,61 +9,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from livefuse import __version__
-from livefuse.config import (
-    BACKEND_CHOICES,
-    BLEND_CHOICES,
-    FACE_SELECTOR_CHOICES,
-    PRECISION_CHOICES,
-    RUN_ENGINE_CHOICES,
-    EngineConfig,
-)
+from livefuse.cli_args import add_engine_args, engine_config
 from livefuse.errors import LivefuseError
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
-    d = EngineConfig()
-    p.add_argument("--engine", choices=RUN_ENGINE_CHOICES, default="auto",
-                   help="auto (default): neural when its models are present and verified, else "
-                        "classic; classic: offline, no download; neural: inswapper_128 + "
-                        "buffalo_l models (see `livefuse models`)")
-    p.add_argument("--precision", choices=PRECISION_CHOICES, default=d.precision,
-                   help="neural: auto = fp16 on CUDA with compute capability >= 7.0, else fp32")
-    p.add_argument("--backend", choices=BACKEND_CHOICES, default=d.backend,
-                   help="neural: our PyTorch port or onnxruntime")
-    p.add_argument("--device", default=d.device, help="neural: auto, cpu, cuda or cuda:N")
-    p.add_argument("--models-dir", default=None,
-                   help="neural: model folder (default $LIVEFUSE_MODELS_DIR or the user data dir)")
-    p.add_argument("--face-selector", choices=FACE_SELECTOR_CHOICES, default=d.face_selector,
-                   help="one: the largest target face (or --target-face-index); many: every "
-                        "face; reference: the face nearest to --reference")
-    p.add_argument("--target-face-index", type=int, default=None,
-                   help="with --face-selector one: the face to swap, counted left to right from 0")
+    add_engine_args(p)
     p.add_argument("--source-face-index", type=int, default=None,
                    help="face of the source photo to use, left to right from 0 (default: largest)")
     p.add_argument("--reference", type=Path, default=None,
                    help="photo of the target person, for --face-selector reference")
-    p.add_argument("--detect-every", type=int, default=d.detect_every, metavar="K",
-                   help="videos: run detection every K frames and track landmarks in between")
-    p.add_argument("--blend", choices=BLEND_CHOICES, default=d.blend)
-    p.add_argument("--no-keep-mouth", dest="keep_mouth", action="store_false",
-                   help="do not keep the target's inner mouth")
-
-
-def _engine_config(args: argparse.Namespace) -> EngineConfig:
-    engine = args.engine
-    if engine == "auto":
-        from livefuse.swap.neural_engine import neural_models_present
-
-        engine = "neural" if neural_models_present(args.models_dir) else "classic"
-        why = "its models are present" if engine == "neural" else \
-            "the neural models are not installed (`livefuse models list`)"
-        print(f"engine: {engine} ({why})", file=sys.stderr)
-    return EngineConfig(engine=engine, precision=args.precision, backend=args.backend,
-                        device=args.device, models_dir=args.models_dir,
-                        face_selector=args.face_selector,
-                        target_face_index=args.target_face_index,
-                        detect_every=args.detect_every, blend=args.blend,
-                        keep_mouth=args.keep_mouth).validate()
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -71,7 +26,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from livefuse.imaging import load_image
     from livefuse.run import run
 
-    cfg = _engine_config(args)
+    cfg = engine_config(args)
     if cfg.face_selector == "reference" and args.reference is None:
         raise LivefuseError("--face-selector reference needs --reference PHOTO")
     engine = Engine(cfg)

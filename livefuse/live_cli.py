@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from livefuse.config import PRECISION_CHOICES, AppConfig, CacheConfig, EngineConfig
+from livefuse.cli_args import add_engine_args, engine_config
+from livefuse.config import AppConfig, CacheConfig
 from livefuse.errors import LivefuseError
 from livefuse.imaging import load_image
 from livefuse.io.sinks import RecorderSink, Sink, VirtualCameraSink
@@ -34,15 +35,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--fps", type=float, default=30.0, help="requested camera / output fps")
     p.add_argument("--virtual-cam", action="store_true", help="send frames to a virtual camera")
     p.add_argument("--record", type=Path, help="also record the output (.mp4, .mkv, .mov)")
-    p.add_argument("--precision", choices=PRECISION_CHOICES, default="auto")
     p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
                    help="pose-similarity cache (default on)")
     p.add_argument("--cache-refresh", type=int, default=CacheConfig.refresh_every_n,
                    help="force a fresh swap after N reused frames")
     p.add_argument("--cache-threshold", type=float, default=CacheConfig.threshold,
                    help="similarity (0..1] at or above which a cached swap is reused")
-    p.add_argument("--detect-every", type=int, default=3,
-                   help="run the detector every K frames, track in between")
+    add_engine_args(p, detect_every=3, face_selector="one")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
     p.add_argument("--duration", type=float, help="stop after S seconds")
     p.set_defaults(func=run_live)
@@ -62,8 +61,7 @@ def run_live(args: argparse.Namespace) -> int:
         LivefuseError: unreadable source photo or bad settings (the CLI prints it, exit 2).
     """
     config = AppConfig(
-        engine=EngineConfig(precision=args.precision, detect_every=args.detect_every,
-                            face_selector="one"),
+        engine=engine_config(args),
         cache=CacheConfig(enabled=args.cache, threshold=args.cache_threshold,
                           refresh_every_n=args.cache_refresh)).validate()
     face = load_image(args.source)

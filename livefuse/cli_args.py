@@ -1,0 +1,69 @@
+"""Engine options shared by `livefuse run` and `livefuse live` (choices from livefuse.config)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from livefuse.config import (
+    BACKEND_CHOICES,
+    BLEND_CHOICES,
+    FACE_SELECTOR_CHOICES,
+    PRECISION_CHOICES,
+    RUN_ENGINE_CHOICES,
+    EngineConfig,
+    FaceSelector,
+)
+
+
+def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = None,
+                    face_selector: FaceSelector | None = None) -> None:
+    """Add ``--engine --precision --backend --device --models-dir --face-selector
+    --target-face-index --detect-every --blend --no-keep-mouth``; defaults from EngineConfig
+    unless given here."""
+    d = EngineConfig()
+    p.add_argument("--engine", choices=RUN_ENGINE_CHOICES, default="auto",
+                   help="auto (default): neural when its models are present and verified, else "
+                        "classic; classic: offline, no download; neural: inswapper_128 + "
+                        "buffalo_l models (see `livefuse models`)")
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default=d.precision,
+                   help="neural: auto = fp16 on CUDA with compute capability >= 7.0, else fp32")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, default=d.backend,
+                   help="neural: our PyTorch port or onnxruntime")
+    p.add_argument("--device", default=d.device, help="neural: auto, cpu, cuda or cuda:N")
+    p.add_argument("--models-dir", default=None,
+                   help="neural: model folder (default $LIVEFUSE_MODELS_DIR or the user data dir)")
+    p.add_argument("--face-selector", choices=FACE_SELECTOR_CHOICES,
+                   default=face_selector or d.face_selector,
+                   help="one: the largest target face (or --target-face-index); many: every "
+                        "face; reference: the face nearest to --reference")
+    p.add_argument("--target-face-index", type=int, default=None,
+                   help="with --face-selector one: the face to swap, counted left to right from 0")
+    p.add_argument("--detect-every", type=int, default=detect_every or d.detect_every,
+                   metavar="K", help="run detection every K frames and track in between")
+    p.add_argument("--blend", choices=BLEND_CHOICES, default=d.blend)
+    p.add_argument("--no-keep-mouth", dest="keep_mouth", action="store_false",
+                   help="do not keep the target's inner mouth")
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """The validated EngineConfig for parsed :func:`add_engine_args` options; ``--engine auto``
+    is resolved here and the choice printed to stderr with its reason.
+
+    Raises:
+        ConfigError: an option is out of range.
+    """
+    engine = args.engine
+    if engine == "auto":
+        from livefuse.swap.neural_engine import neural_models_present
+
+        engine = "neural" if neural_models_present(args.models_dir) else "classic"
+        why = "its models are present" if engine == "neural" else \
+            "the neural models are not installed (`livefuse models list`)"
+        print(f"engine: {engine} ({why})", file=sys.stderr)
+    return EngineConfig(engine=engine, precision=args.precision, backend=args.backend,
+                        device=args.device, models_dir=args.models_dir,
+                        face_selector=args.face_selector,
+                        target_face_index=args.target_face_index,
+                        detect_every=args.detect_every, blend=args.blend,
+                        keep_mouth=args.keep_mouth).validate()

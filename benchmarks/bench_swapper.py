@@ -86,7 +86,15 @@ def main() -> int:
     ap.add_argument("--cudnn-benchmark", action="store_true",
                     help="let cuDNN time its conv algorithms (batch 1 shapes never change)")
     ap.add_argument("--ort", action="store_true", help="also onnxruntime CPU fp32 / fp16")
+    ap.add_argument("--inductor", default="",
+                    help="comma-separated torch._inductor.config flags to turn on for the "
+                         "compile variants, e.g. freezing,coordinate_descent_tuning")
     args = ap.parse_args()
+    for flag in filter(None, args.inductor.split(",")):
+        import torch._inductor.config as inductor_config
+
+        setattr(inductor_config, flag, True)
+        print(f"# torch._inductor.config.{flag} = True")
 
     dev = torch.device(args.device)
     if dev.type == "cuda" and args.cudnn_benchmark:

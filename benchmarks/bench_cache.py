@@ -14,8 +14,6 @@ import argparse
 import statistics
 from pathlib import Path
 
-import cv2
-import insightface
 import numpy as np
 from skimage import data
 from skimage.metrics import structural_similarity
@@ -24,20 +22,14 @@ from livefuse.cache import CacheStats
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.faces.dlib_analyser import DlibFaceAnalyser
-from livefuse.imaging import LoadedImage
+from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.synthetic import motion_clip
+from livefuse.samples import insightface_image
 from livefuse.types import Frame, FramePacket
 
 
-def _imread(path: str) -> np.ndarray:
-    img = cv2.imread(path)
-    if img is None:
-        raise FileNotFoundError(path)
-    return np.asarray(img, np.uint8)
-
-
 def clip(frames: int) -> list[Frame]:
-    photo = _imread(str(Path(insightface.__file__).parent / "data/images/t1.jpg"))
+    photo = load_image(insightface_image("t1.jpg")).bgr
     face = DlibFaceAnalyser().detect(photo)[2]
     cx, cy = (face.bbox[0] + face.bbox[2]) / 2, (face.bbox[1] + face.bbox[3]) / 2
     return list(motion_clip(photo, (640, 480), frames, centre=(float(cx), float(cy)),

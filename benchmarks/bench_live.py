@@ -10,57 +10,27 @@ Usage: python benchmarks/bench_live.py [--seconds 10]
 from __future__ import annotations
 
 import argparse
-import itertools
 import time
 from pathlib import Path
 
-import cv2
-import insightface
 import numpy as np
 from skimage import data
 
 from livefuse.config import AppConfig, CacheConfig, EngineConfig
 from livefuse.engine import Engine
-from livefuse.imaging import LoadedImage
+from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.sinks import CallbackSink
-from livefuse.io.sources import SourceInfo
+from livefuse.io.sources import FramesSource
 from livefuse.io.synthetic import motion_clip
 from livefuse.live import LiveRunner
-from livefuse.types import Frame
-
-
-def _imread(path: str) -> np.ndarray:
-    img = cv2.imread(path)
-    if img is None:
-        raise FileNotFoundError(path)
-    return np.asarray(img, np.uint8)
-
-
-class ClipSource:
-    """Frames of a pre-rendered clip, looped, paced at ``fps`` by the capture thread."""
-
-    live = False
-
-    def __init__(self, frames: list[Frame], fps: float = 30.0) -> None:
-        self.frames, self.fps = frames, fps
-        self._it = itertools.cycle(frames)
-
-    def open(self) -> SourceInfo:
-        h, w = self.frames[0].shape[:2]
-        return SourceInfo(w, h, self.fps, "clip")
-
-    def read(self) -> Frame | None:
-        return next(self._it).copy()
-
-    def close(self) -> None:
-        pass
+from livefuse.samples import insightface_image
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=10.0)
     args = ap.parse_args()
-    photo = _imread(str(Path(insightface.__file__).parent / "data/images/t1.jpg"))
+    photo = load_image(insightface_image("t1.jpg")).bgr
     face = LoadedImage(bgr=np.ascontiguousarray(data.astronaut()[..., ::-1]), alpha=None,
                        path=Path("astronaut.png"))
     print(f"classic engine, detect every 3 frames, source paced at 30 fps, {args.seconds:.0f} s "
@@ -74,7 +44,7 @@ def main() -> None:
         for cache_on in (False, True):
             cfg = AppConfig(EngineConfig(detect_every=3, face_selector="one"),
                             CacheConfig(enabled=cache_on, threshold=0.8, refresh_every_n=5))
-            runner = LiveRunner(Engine(cfg.engine, cache=cfg.cache), ClipSource(frames),
+            runner = LiveRunner(Engine(cfg.engine, cache=cfg.cache), FramesSource(frames),
                                 [CallbackSink(lambda f, t: None)], cfg, source_face=face)
             runner.start()
             time.sleep(args.seconds)

@@ -12,7 +12,6 @@ Usage: python benchmarks/bench_neural_live.py [--width 128] [--frames 120] [--se
 from __future__ import annotations
 
 import argparse
-import itertools
 import statistics
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from livefuse.config import AppConfig, CacheConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage
 from livefuse.io.sinks import CallbackSink
-from livefuse.io.sources import SourceInfo
+from livefuse.io.sources import FramesSource
 from livefuse.live import LiveRunner
 from livefuse.models.synthetic import build_synthetic_inswapper
 from livefuse.swap.neural_engine import NeuralPaths, build_neural
@@ -55,24 +54,6 @@ def clip(size: tuple[int, int], frames: int, seed: int = 0) -> list[Frame]:
         f[y0:y0 + round(cell), x0:x0 + round(cell)] = 255
         out.append(f)
     return out
-
-
-class ClipSource:
-    live = False
-
-    def __init__(self, frames: list[Frame], fps: float) -> None:
-        self.frames, self.fps = frames, fps
-        self._it = itertools.cycle(frames)
-
-    def open(self) -> SourceInfo:
-        h, w = self.frames[0].shape[:2]
-        return SourceInfo(w, h, self.fps, "clip")
-
-    def read(self) -> Frame | None:
-        return next(self._it).copy()
-
-    def close(self) -> None:
-        pass
 
 
 VARIANTS: dict[str, tuple[str, dict[str, Any], bool]] = {
@@ -162,7 +143,7 @@ def main() -> None:
             cfg = EngineConfig(engine="neural", backend="torch", precision=precision,  # type: ignore[arg-type]
                                device=device)
             engine = Engine(cfg, components=build_neural(cfg, paths, **opts))
-            runner = LiveRunner(engine, ClipSource(clip(size, args.frames), fps),
+            runner = LiveRunner(engine, FramesSource(clip(size, args.frames), fps),
                                 [CallbackSink(lambda f, t: None)], AppConfig(engine=cfg),
                                 source_face=source)
             runner.start()

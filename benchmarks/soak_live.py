@@ -16,27 +16,19 @@ import threading
 import time
 from pathlib import Path
 
-import cv2
-import insightface
 import numpy as np
 import psutil
 from skimage import data
 
 from livefuse.config import AppConfig, CacheConfig, EngineConfig
 from livefuse.engine import Engine
-from livefuse.imaging import LoadedImage
+from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.sinks import CallbackSink
 from livefuse.io.sources import SourceInfo
 from livefuse.io.synthetic import motion_clip
 from livefuse.live import LiveRunner
+from livefuse.samples import insightface_image
 from livefuse.types import Frame
-
-
-def _imread(path: str) -> np.ndarray:
-    img = cv2.imread(path)
-    if img is None:
-        raise FileNotFoundError(path)
-    return np.asarray(img, np.uint8)
 
 
 class FastClip:
@@ -68,7 +60,7 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=300.0)
     ap.add_argument("--cycles", type=int, default=200)
     args = ap.parse_args()
-    photo = _imread(str(Path(insightface.__file__).parent / "data/images/t1.jpg"))
+    photo = load_image(insightface_image("t1.jpg")).bgr
     frames = list(motion_clip(photo, (640, 480), 90, centre=(514.0, 362.0), face_px=125.0))
     face = LoadedImage(bgr=np.ascontiguousarray(data.astronaut()[..., ::-1]), alpha=None,
                        path=Path("astronaut.png"))

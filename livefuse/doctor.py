@@ -147,19 +147,6 @@ def check_models(directory: Path | None = None) -> list[Check]:
     return checks
 
 
-def _v4l2_devices(sysfs: Path) -> list[tuple[str, str]]:
-    """``(device, card name)`` for every V4L2 node, from ``/sys/class/video4linux/*/name``."""
-    out = []
-    if sysfs.is_dir():
-        for node in sorted(sysfs.iterdir()):
-            try:
-                name = (node / "name").read_text(encoding="utf-8", errors="replace").strip()
-            except OSError:
-                continue
-            out.append((f"/dev/{node.name}", name))
-    return out
-
-
 def _is_loopback(card: str) -> bool:
     # v4l2loopback's default card label is "Dummy video device (0x0000)"; users often set
     # card_label="OBS Virtual Camera" or a name containing "loopback".
@@ -173,7 +160,9 @@ def check_cameras(platform: str = sys.platform,
     vcam_lib = importlib.util.find_spec("pyvirtualcam") is not None
     lib_note = () if vcam_lib else ("pip install pyvirtualcam",)
     if platform.startswith("linux"):
-        devices = _v4l2_devices(sysfs)
+        from livefuse.io.sources import v4l2_devices
+
+        devices = v4l2_devices(sysfs)
         loop = [f"{d} ({n})" for d, n in devices if _is_loopback(n)]
         cams = [f"{d} ({n})" for d, n in devices if not _is_loopback(n)]
         vcam = (Check("virtual camera", "ok" if vcam_lib else "warn",

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import cv2
-import insightface
 import numpy as np
 import pytest
 from skimage import data
@@ -14,16 +13,10 @@ from livefuse.cache import PoseCache, pose_key, similarity
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.faces.dlib_analyser import DlibFaceAnalyser
-from livefuse.imaging import LoadedImage
+from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.synthetic import motion_clip
+from livefuse.samples import insightface_image
 from livefuse.types import Face
-
-
-def _imread(path: str) -> np.ndarray:
-    img = cv2.imread(path)
-    if img is None:
-        raise FileNotFoundError(path)
-    return np.asarray(img, np.uint8)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +26,7 @@ def analyser() -> DlibFaceAnalyser:
 
 @pytest.fixture(scope="module")
 def t1() -> np.ndarray:
-    return _imread(str(Path(insightface.__file__).parent / "data/images/t1.jpg"))
+    return load_image(insightface_image("t1.jpg")).bgr
 
 
 @pytest.fixture(scope="module")

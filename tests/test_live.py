@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import cv2
-import insightface
 import numpy as np
 import pytest
 import pyvirtualcam
@@ -17,19 +16,13 @@ from skimage import data
 
 from livefuse.config import AppConfig, CacheConfig, EngineConfig
 from livefuse.engine import Engine
-from livefuse.imaging import LoadedImage
+from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.sinks import CallbackSink, VirtualCameraSink
 from livefuse.io.sources import ImageSource, TestPatternSource, VideoFileSource
 from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.live import LiveRunner
+from livefuse.samples import insightface_image
 from livefuse.types import Frame, FramePacket
-
-
-def _imread(path: str) -> np.ndarray:
-    img = cv2.imread(path)
-    if img is None:
-        raise FileNotFoundError(path)
-    return np.asarray(img, np.uint8)
 
 
 class RecordingBackend:
@@ -77,7 +70,7 @@ def _wait(cond: Any, timeout: float) -> bool:
 
 @pytest.fixture(scope="module")
 def clip_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    photo = _imread(str(Path(insightface.__file__).parent / "data/images/t1.jpg"))
+    photo = load_image(insightface_image("t1.jpg")).bgr
     frames = motion_clip(photo, (640, 480), 30, centre=(514.0, 362.0), face_px=125.0)
     return write_clip(frames, tmp_path_factory.mktemp("clip") / "cam.mp4", audio=False)
 

@@ -46,7 +46,13 @@ from livefuse.config import AppConfig, default_config_path, load_config, save_co
 from livefuse.errors import LivefuseError
 from livefuse.imaging import LoadedImage, atomic_write_bytes
 from livefuse.io.sinks import PreviewSink, Sink, VirtualCameraSink
-from livefuse.io.sources import CameraSource, Source, TestPatternSource, VideoFileSource
+from livefuse.io.sources import (
+    CameraSource,
+    Source,
+    TestPatternSource,
+    VideoFileSource,
+    v4l2_devices,
+)
 from livefuse.live import LiveRunner, default_engine_factory
 from livefuse.metrics import MetricsSnapshot
 
@@ -111,16 +117,7 @@ def list_cameras() -> list[tuple[str, str]]:
     """``(device, label)`` pairs; V4L2 card names on Linux, indices 0-3 elsewhere (runs on the
     thread pool: it reads sysfs)."""
     if sys.platform.startswith("linux"):
-        sysfs = Path("/sys/class/video4linux")
-        out = []
-        if sysfs.is_dir():
-            for node in sorted(sysfs.iterdir()):
-                try:
-                    name = (node / "name").read_text(encoding="utf-8", errors="replace").strip()
-                except OSError:
-                    continue
-                out.append((f"/dev/{node.name}", f"{name} (/dev/{node.name})"))
-        return out
+        return [(dev, f"{name} ({dev})") for dev, name in v4l2_devices()]
     return [(str(i), f"camera {i}") for i in range(4)]
 
 

@@ -63,6 +63,20 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+def v4l2_devices(sysfs: Path = Path("/sys/class/video4linux")) -> list[tuple[str, str]]:
+    """``(device, card name)`` for every V4L2 node, from ``/sys/class/video4linux/*/name``
+    (Linux; empty elsewhere). Nothing is opened."""
+    out = []
+    if sysfs.is_dir():
+        for node in sorted(sysfs.iterdir()):
+            try:
+                name = (node / "name").read_text(encoding="utf-8", errors="replace").strip()
+            except OSError:
+                continue
+            out.append((f"/dev/{node.name}", name))
+    return out
+
+
 class CameraSource:
     """An OpenCV camera.
 
@@ -177,6 +191,31 @@ class ImageSource:
 
     def read(self) -> Frame | None:
         return self.image.copy()
+
+    def close(self) -> None:
+        pass
+
+
+class FramesSource:
+    """Frames held in memory, looped, each read a fresh copy (benchmarks, tests, demos).
+
+    Args:
+        frames: ``(H, W, 3) uint8 BGR`` frames, all one size.
+        fps: the rate the capture thread paces reads at (``live=False``), or, with ``live=True``,
+            a nominal rate: reads are then as fast as the consumer takes them.
+    """
+
+    def __init__(self, frames: list[Frame], fps: float = 30.0, name: str = "frames",
+                 live: bool = False) -> None:
+        self.frames, self.fps, self.name, self.live = frames, fps, name, live
+        self._it = itertools.cycle(frames)
+
+    def open(self) -> SourceInfo:
+        h, w = self.frames[0].shape[:2]
+        return SourceInfo(w, h, self.fps, self.name)
+
+    def read(self) -> Frame | None:
+        return next(self._it).copy()
 
     def close(self) -> None:
         pass

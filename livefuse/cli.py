@@ -24,16 +24,20 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from livefuse.engine import Engine
     from livefuse.imaging import load_image
-    from livefuse.run import run
+    from livefuse.run import check_output_path, run
 
-    cfg = engine_config(args)
-    if cfg.face_selector == "reference" and args.reference is None:
+    check_output_path(args.output, {"target": args.target, "source": args.source,
+                                    "reference": args.reference})
+    if args.face_selector == "reference" and args.reference is None:
         raise LivefuseError("--face-selector reference needs --reference PHOTO")
-    engine = Engine(cfg)
+    if args.reference is not None and args.face_selector != "reference":
+        raise LivefuseError("--reference is used only with --face-selector reference")
+    engine = Engine(engine_config(args))
     engine.set_source(load_image(args.source), face_index=args.source_face_index)
     if args.reference is not None:
         engine.set_reference(load_image(args.reference))
-    summary = run(engine, args.target, args.output, progress=not args.quiet)
+    summary = run(engine, args.target, args.output, progress=not args.quiet,
+                  other_inputs={"source": args.source, "reference": args.reference})
     print("\n".join(summary.lines()))
     return 0
 

@@ -59,7 +59,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
         engine = "neural" if neural_models_present(args.models_dir) else "classic"
         why = "its models are present" if engine == "neural" else \
-            "the neural models are not installed (`livefuse models list`)"
+            "no neural models installed; see `livefuse models list`"
         print(f"engine: {engine} ({why})", file=sys.stderr)
     return EngineConfig(engine=engine, precision=args.precision, backend=args.backend,
                         device=args.device, models_dir=args.models_dir,

@@ -112,14 +112,38 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True)
     return summary
 
 
-def run(engine: Engine, target: Path, output: Path, progress: bool = True) -> RunSummary:
-    """Dispatch on the target's suffix. The output is never the target.
+def check_output_path(output: Path, inputs: dict[str, Path | None]) -> None:
+    """Refuse an output path that is one of the inputs (symlinks and ``..`` resolved).
+
+    Args:
+        inputs: role (``target``, ``source``, ``reference``) -> path.
 
     Raises:
-        LivefuseError: unknown suffixes, same path for input and output, or any input problem.
+        LivefuseError: naming the input the output would overwrite.
     """
-    if output.exists() and target.exists() and output.resolve() == target.resolve():
-        raise LivefuseError(f"output '{output}' is the target itself; inputs are never overwritten")
+    if output.is_dir():
+        raise LivefuseError(f"output '{output}' is a folder; give a file name")
+    if not output.exists():
+        return
+    for role, path in inputs.items():
+        if path is not None and path.exists() and output.resolve() == path.resolve():
+            raise LivefuseError(
+                f"output '{output}' is the {role} itself; inputs are never overwritten")
+
+
+def run(engine: Engine, target: Path, output: Path, progress: bool = True,
+        other_inputs: dict[str, Path | None] | None = None) -> RunSummary:
+    """Dispatch on the target's suffix. The output is never one of the inputs.
+
+    Args:
+        other_inputs: further input files (``source``, ``reference``) the output must not be.
+
+    Raises:
+        LivefuseError: unknown suffixes, an output that is an input, or any input problem.
+    """
+    check_output_path(output, {"target": target, **(other_inputs or {})})
+    if target.is_dir():
+        raise LivefuseError(f"target '{target}' is a folder; give an image or a video file")
     if is_image_path(target):
         if not is_image_path(output):
             raise LivefuseError(f"target '{target}' is an image, so the output '{output}' must be "

@@ -200,5 +200,32 @@ def test_engine_auto_falls_back_to_classic_without_models(
     assert _run("-s", astronaut_path, "-t", t1_path, "-o", out,
                 "--models-dir", tmp_path / "no-models") == 0
     captured = capsys.readouterr()
-    assert "engine: classic (the neural models are not installed" in captured.err
+    assert "engine: classic (no neural models installed" in captured.err
     assert "faces swapped:       6" in captured.out
+
+
+@pytest.mark.parametrize("role", ["source", "reference"])
+def test_output_never_overwrites_source_or_reference(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path, role: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(astronaut_path.read_bytes())
+    before = photo.read_bytes()
+    args = ["-s", photo if role == "source" else astronaut_path, "-t", t1_path, "-o", photo]
+    if role == "reference":
+        args += ["--face-selector", "reference", "--reference", photo]
+    assert _run(*args) == 2
+    assert f"is the {role} itself; inputs are never overwritten" in capsys.readouterr().err
+    assert photo.read_bytes() == before
+
+
+def test_outputs_get_normal_file_permissions(tmp_path: Path, astronaut_path: Path,
+                                             t1_path: Path) -> None:
+    import os
+    import stat
+
+    out = tmp_path / "out.png"
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out) == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask

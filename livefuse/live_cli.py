@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import signal
 import sys
 import threading
@@ -14,7 +15,7 @@ from typing import Any
 
 from livefuse.cli_args import add_engine_args, engine_config
 from livefuse.config import AppConfig, CacheConfig
-from livefuse.errors import LivefuseError
+from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import load_image
 from livefuse.io.sinks import RecorderSink, Sink, VirtualCameraSink
 from livefuse.io.sources import CameraSource, Source, VideoFileSource
@@ -25,7 +26,8 @@ from livefuse.metrics import Metrics, start_prometheus
 def add_parser(sub: Any) -> None:
     """Register the ``live`` subcommand on an ``argparse`` subparsers object."""
     p = sub.add_parser("live", help="live face swap from a camera or video to a virtual camera")
-    p.add_argument("--source", required=True, type=Path, help="photo of the source face")
+    p.add_argument("--source", "-s", required=True, type=Path,
+                   help="photo of the source face")
     inp = p.add_mutually_exclusive_group()
     inp.add_argument("--camera", default="0", help="camera index or device path (default 0)")
     inp.add_argument("--video", type=Path, help="a video file standing in for the camera")
@@ -65,6 +67,20 @@ def run_live(args: argparse.Namespace) -> int:
         cache=CacheConfig(enabled=args.cache, threshold=args.cache_threshold,
                           refresh_every_n=args.cache_refresh)).validate()
     face = load_image(args.source)
+    if args.video is not None and not args.video.is_file():
+        raise VideoError(args.video, "file not found" if not args.video.exists() else
+                         "is not a file")
+    if args.virtual_cam and importlib.util.find_spec("pyvirtualcam") is None:
+        raise LivefuseError("--virtual-cam needs pyvirtualcam: pip install 'livefuse[vcam]'")
+    if not args.virtual_cam and args.record is None:
+        print("note: no --virtual-cam and no --record: frames are processed and measured only",
+              file=sys.stderr)
+    if args.video is None:
+        import cv2
+
+        # OpenCV prints a block of probe warnings on every reopen attempt; the runner's
+        # "[status] camera ..." line says the same once per attempt.
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     engine = default_engine_factory(config)
     engine.set_source(face)  # a photo without a face fails here, before anything opens
 
@@ -105,7 +121,13 @@ def run_live(args: argparse.Namespace) -> int:
             server.shutdown()
         if in_main:
             signal.signal(signal.SIGINT, old)
-    print(f"frames processed: {metrics.snapshot(memory=False).frames_processed}", flush=True)
+    processed = metrics.snapshot(memory=False).frames_processed
+    print(f"frames processed: {processed}", flush=True)
+    if processed == 0:
+        where = f"video '{args.video}'" if args.video is not None else f"camera {args.camera}"
+        print(f"livefuse: error: no frame was processed: {where} delivered none "
+              "(see the [status] lines; `livefuse doctor` lists cameras)", file=sys.stderr)
+        return 1
     return 0
 
 

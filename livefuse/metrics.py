@@ -84,7 +84,7 @@ class MetricsSnapshot:
         """One human-readable line (the CLI prints it every second)."""
         lat = ("-" if self.latency_p50_ms is None else
                f"{self.latency_p50_ms:.0f}/{self.latency_p95_ms:.0f} ms")
-        stages = " ".join(f"{k} {v:.1f}" for k, v in sorted(self.stage_ms.items()))
+        stages = " ".join(f"{k} {v:.1f}" for k, v in sorted(self.stage_ms.items())) or "-"
         drops = sum(self.dropped.values())
         total = self.cache_hits + self.cache_misses + self.cache_forced_refreshes
         cache = f"cache {self.cache_hits / total:.0%}" if total else "cache -"

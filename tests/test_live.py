@@ -246,3 +246,16 @@ def test_live_cli_records_a_video_file(clip_path: Path, tmp_path: Path,
     printed = capsys.readouterr().out
     assert "fps | latency p50/p95" in printed and "frames processed:" in printed
     assert probe(out).width == 640
+
+
+def test_live_cli_missing_video_is_a_clear_error(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from livefuse.cli import main
+    from livefuse.imaging import save_image
+    from livefuse.samples import astronaut
+
+    src = save_image(tmp_path / "src.png", astronaut())
+    code = main(["live", "-s", str(src), "--video", str(tmp_path / "nope.mp4"),
+                 "--duration", "1"])
+    assert code == 2
+    assert "nope.mp4': file not found" in capsys.readouterr().err

@@ -50,6 +50,9 @@ def _ms(t0: int) -> float:
 _REWARP_POINTS = slice(17, 48)
 _MATCH_IOU = 0.3  # a detection continues a track when its bbox overlaps the track's this much
 _MATCH_EMBEDDING = 0.6  # dlib's same-person distance (its model card); larger: not the same face
+# A tracked face the detector misses (HOG loses turned heads) is kept by landmark tracking for at
+# most this many detection rounds in a row, so it does not flicker back to the original.
+_MAX_COAST = 2
 
 
 def _iou(a: FloatArray, b: FloatArray) -> float:
@@ -161,6 +164,7 @@ class Engine:
         self._since_detect = 0
         self._next_track_id = 0
         self._previous: list[Face] = []  # last frame's targets, for identity across detections
+        self._coasting: dict[int, int] = {}  # track id -> detection rounds missed in a row
         self.cache = PoseCache(cache or CacheConfig(enabled=False))
 
     # -- source / reference -------------------------------------------------------------------
@@ -208,6 +212,7 @@ class Engine:
         """Forget tracked faces (a new video, a new source); the next frame runs detection."""
         self._tracked = []
         self._previous = []
+        self._coasting = {}
         self._since_detect = 0
 
     # -- the frame path -------------------------------------------------------------------------
@@ -250,6 +255,25 @@ class Engine:
                 self._next_track_id += 1
             out.append(Face(bbox=f.bbox, kps=f.kps, score=f.score, landmarks=f.landmarks,
                             embedding=f.embedding, track_id=tid))
+        return out
+
+    def _coast(self, frame: Frame, detected: list[Face]) -> list[Face]:
+        """Add the previous frame's targets that no detection continues, tracked instead,
+        while each has missed fewer than ``_MAX_COAST`` detection rounds in a row."""
+        out = list(detected)
+        coasting: dict[int, int] = {}
+        for prev in self._previous:
+            if any(self._same_face(prev, f) >= _MATCH_IOU for f in detected):
+                continue
+            missed = self._coasting.get(prev.track_id, 0) + 1
+            if missed > _MAX_COAST:
+                continue
+            moved = self.analyser.track(frame, prev)
+            if moved is not None:
+                out.append(moved)
+                coasting[prev.track_id] = missed
+        self._coasting = coasting
+        out.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
         return out
 
     def _keep_identity(self, faces: list[Face]) -> Face | None:
@@ -296,7 +320,7 @@ class Engine:
             faces = tracked
             packet.timings_ms["track"] = _ms(t0)
         else:
-            faces = self._detect(frame)
+            faces = self._coast(frame, self._detect(frame))
             self._since_detect = 0
             packet.detected = True
             packet.timings_ms["detect"] = _ms(t0)

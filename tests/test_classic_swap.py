@@ -111,3 +111,25 @@ def test_a_face_the_detector_misses_is_tracked_for_two_rounds(analyser, astronau
     swapped = [engine.process(frame, index=i).swapped for i in range(5)]
     # frame 0 detected; frames 1-2 missed by the detector but tracked; then the track is dropped
     assert swapped == [1, 1, 1, 0, 0]
+
+
+def test_grey_source_takes_the_target_chroma() -> None:
+    """A grey source (Tom_Hanks_54745.png-like) keeps its lightness; colour comes from the
+    target per pixel, not as one flat tint."""
+    import cv2
+
+    from livefuse.swap.classic import transfer_colour_lab
+
+    rng = np.random.default_rng(0)
+    grey = np.repeat(rng.integers(60, 200, (40, 40, 1), dtype=np.uint8), 3, axis=2)
+    ref = np.dstack([rng.integers(60, 120, (40, 40)), rng.integers(100, 160, (40, 40)),
+                     rng.integers(160, 230, (40, 40))]).astype(np.uint8)
+    out = transfer_colour_lab(grey, ref, np.ones((40, 40), bool))
+    lab_out = cv2.cvtColor(out, cv2.COLOR_BGR2LAB).astype(int)
+    lab_ref = cv2.cvtColor(ref, cv2.COLOR_BGR2LAB).astype(int)
+    # chroma follows the target pixel by pixel (up to LAB<->BGR rounding and gamut clipping)
+    assert np.abs(lab_out[..., 1:] - lab_ref[..., 1:]).mean() < 4.0
+    assert lab_out[..., 1:].std() > 3.0
+    # lightness keeps the source's pattern
+    lab_src = cv2.cvtColor(grey, cv2.COLOR_BGR2LAB).astype(float)
+    assert np.corrcoef(lab_out[..., 0].ravel(), lab_src[..., 0].ravel())[0, 1] > 0.95

@@ -137,12 +137,17 @@ def _piecewise_affine_maps(src_pts: FloatArray, dst_pts: FloatArray,
     return map_x, map_y, inside.astype(np.uint8) * 255
 
 
+_GREY_CHROMA_STD = 1.0  # LAB a/b std (8-bit units) below which a source counts as greyscale
+
+
 def transfer_colour_lab(src: Frame, ref: Frame, mask: npt.NDArray[np.bool_]) -> Frame:
     """Reinhard et al. 2001 colour transfer: ``src``'s LAB mean/std matched to ``ref`` in ``mask``.
 
     Args:
         src, ref: ``(h, w, 3) uint8 BGR`` of the same size.
         mask: ``(h, w) bool`` pixels whose statistics count.
+
+    A greyscale source (a/b std < 1) keeps its lightness and takes ``ref``'s per-pixel chroma.
 
     Returns:
         ``src`` recoloured, ``(h, w, 3) uint8 BGR``.
@@ -155,6 +160,10 @@ def transfer_colour_lab(src: Frame, ref: Frame, mask: npt.NDArray[np.bool_]) -> 
     rm, rs = r[mask].mean(0), r[mask].std(0) + 1e-3
     gain = np.clip(rs / ss, 0.5, 2.0)  # a grey source must not blow up the chroma channels
     out = (s - sm) * gain + rm
+    if ss[1] < _GREY_CHROMA_STD and ss[2] < _GREY_CHROMA_STD:
+        # A grey source has no colour to transfer: keep its lightness and take the target's own
+        # per-pixel chroma, so the skin keeps its natural variation instead of a flat tint.
+        out[..., 1:] = r[..., 1:]
     return cv2.cvtColor(np.clip(out, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR)
 
 

@@ -71,10 +71,15 @@ def _handler(state: ServerState) -> type[http.server.BaseHTTPRequestHandler]:
     return Handler
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """Clients hanging up mid-body is what the timeout and resume tests do: no traceback."""
+
+
 @pytest.fixture
 def server() -> Iterator[tuple[str, ServerState]]:
     state = ServerState()
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    httpd = _QuietServer(("127.0.0.1", 0), _handler(state))
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()

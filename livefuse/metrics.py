@@ -217,7 +217,7 @@ def start_prometheus(metrics: Metrics, port: int, addr: str = "127.0.0.1") -> An
         from prometheus_client import CollectorRegistry, start_http_server
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     except ImportError as exc:
-        raise RuntimeError("--metrics-port needs prometheus_client: pip install "
+        raise RuntimeError("prometheus_client is not installed: pip install "
                            "'livefuse[metrics]'") from exc
 
     class _Collector:

@@ -146,3 +146,33 @@ def test_half_model_close_to_fp32_on_cpu() -> None:
         out = half.half()(t.half(), lat.half()).float()
     lsb = (out - ref).abs().mean().item() * 255
     assert lsb <= 1.0
+
+
+def test_precomputed_styles_give_the_same_output() -> None:
+    model = random_inswapper(8, seed=3).eval()
+    t = torch.rand(2, 3, 128, 128, generator=torch.Generator().manual_seed(1))
+    latent = torch.nn.functional.normalize(torch.randn(2, 512), dim=1)
+    with torch.inference_mode():
+        styles = model.styles(latent)
+        assert styles.shape == (12, 2, 16 * 8)
+        torch.testing.assert_close(model.forward_styled(t, styles), model(t, latent),
+                                   rtol=0, atol=0)
+
+
+def test_runner_recomputes_styles_when_the_source_changes() -> None:
+    """The style cache is keyed by the latent's value: a new source face must not reuse the
+    previous face's styles."""
+    from livefuse.models.inswapper_torch import LoadedInswapper
+    from livefuse.swap.neural import TorchRunner
+
+    model = random_inswapper(8, seed=4)
+    runner = TorchRunner(LoadedInswapper(model=model, emap=random_emap(0), path=Path("x")))
+    t = torch.rand(1, 3, 128, 128, generator=torch.Generator().manual_seed(2))
+    a, b = (torch.nn.functional.normalize(torch.randn(1, 512), dim=1) for _ in range(2))
+    out_a = runner.infer_tensor(t, a).clone()
+    out_b = runner.infer_tensor(t, b).clone()
+    with torch.inference_mode():
+        torch.testing.assert_close(out_a, model.eval()(t, a))
+        torch.testing.assert_close(out_b, model(t, b))
+    assert (out_a - out_b).abs().max() > 1e-3
+    torch.testing.assert_close(runner.infer_tensor(t, a), out_a)  # back to the first source

@@ -164,38 +164,67 @@ class TorchRunner:
         if channels_last:
             model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self.model = model
-        self._fn: Callable[..., Any] = model
+        # The style vectors depend on the source latent only: computed once per source (see
+        # InSwapper128.styles), the per-frame graph is convs and norms.
+        self._fn: Callable[..., Any] = model.forward_styled
         if compile_mode:
-            self._fn = torch.compile(model, mode=compile_mode)
+            self._fn = torch.compile(model.forward_styled, mode=compile_mode)
+        self._styles: Any = None
+        self._styles_key: tuple[Any, ...] | None = None
         self._graph: Any = None
         self._static: tuple[Any, Any, Any] | None = None
         self.cuda_graph = cuda_graph and self.device.type == "cuda"
 
-    def _forward(self, target: Any, latent: Any) -> Any:
+    def _contexts(self) -> Any:
+        import contextlib
+
         import torch
 
-        with torch.inference_mode(), _tf32(self.tf32):
-            if self.autocast:
-                assert self.low is not None
-                with torch.autocast(self.device.type, dtype=self.low):
-                    return self._fn(target, latent)
-            return self._fn(target, latent)
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.inference_mode())
+        stack.enter_context(_tf32(self.tf32))
+        if self.autocast:
+            assert self.low is not None
+            stack.enter_context(torch.autocast(self.device.type, dtype=self.low))
+        return stack
 
-    def _capture(self, target: Any, latent: Any) -> None:
+    def _forward(self, target: Any, styles: Any) -> Any:
+        with self._contexts():
+            return self._fn(target, styles)
+
+    def styles_for(self, latent: Any) -> Any:
+        """The model's style vectors for ``latent`` ``(1, 512)``, recomputed only when the latent
+        changes (a CPU latent is compared by value, a device tensor by identity and version)."""
+        import torch
+
+        if latent.device.type == "cpu":
+            key: tuple[Any, ...] = ("cpu", latent.numpy().tobytes())
+        else:
+            key = ("dev", latent.data_ptr(), latent._version, tuple(latent.shape))
+        if key != self._styles_key:
+            with self._contexts():
+                styles = self.model.styles(latent.to(self.device, self.in_dtype))
+            if self._styles is not None and self._styles.shape == styles.shape:
+                self._styles.copy_(styles)  # in place: a captured CUDA graph reads this buffer
+            else:
+                self._styles = torch.empty_like(styles).copy_(styles)
+            self._styles_key = key
+        return self._styles
+
+    def _capture(self, target: Any, styles: Any) -> None:
         import torch
 
         st = target.clone()
-        sl = latent.clone()
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(3):
-                self._forward(st, sl)
+                self._forward(st, styles)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = self._forward(st, sl)
-        self._graph, self._static = graph, (st, sl, out)
+            out = self._forward(st, styles)
+        self._graph, self._static = graph, (st, styles, out)
 
     def infer_tensor(self, target: Any, latent: Any) -> Any:
         """Tensors on the device: ``(1,3,128,128)`` float and ``(1,512)`` float → output tensor.
@@ -203,19 +232,18 @@ class TorchRunner:
         With a CUDA graph the returned tensor is the graph's static output: use it before the next
         call.
         """
+        styles = self.styles_for(latent)
         target = target.to(self.device, self.in_dtype).contiguous(memory_format=self.memory_format)
-        latent = latent.to(self.device, self.in_dtype)
         _debug_stage("swap input", target)
         if self.cuda_graph:
             if self._graph is None:
-                self._capture(target, latent)
+                self._capture(target, styles)
             assert self._static is not None
-            st, sl, out = self._static
+            st, _, out = self._static
             st.copy_(target)
-            sl.copy_(latent)
             self._graph.replay()
         else:
-            out = self._forward(target, latent)
+            out = self._forward(target, styles)
         _debug_stage("swap output", out)
         return out
 
@@ -441,7 +469,7 @@ class NeuralSwapper:
         frame_t = torch.from_numpy(frame).to(dev, non_blocking=True)
         _debug_stage("frame up", frame_t)
         original = frame_t.clone() if len(faces) > 1 else frame_t
-        latent_t = torch.from_numpy(source).to(dev)
+        latent_t = torch.from_numpy(source)  # on the CPU: the runner keys its style cache by value
         n = 0
         for face in faces:
             m = arcface_affine(face.kps, INPUT_SIZE)

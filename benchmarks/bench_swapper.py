@@ -41,6 +41,10 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
                                                  compile_mode="reduce-overhead")),
     ("compile max-autotune + half + CL", dict(precision="fp16", channels_last=True,
                                               compile_mode="max-autotune")),
+    # Our own CUDA graph around a compiled function without Inductor's cudagraph trees: one
+    # replay per call instead of Dynamo's guard checks + tree lookup on the CPU.
+    ("compile default + half + CL + own CUDA graph",
+     dict(precision="fp16", channels_last=True, compile_mode="default", cuda_graph=True)),
 ]
 
 

@@ -45,6 +45,9 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     # replay per call instead of Dynamo's guard checks + tree lookup on the CPU.
     ("compile default + half + CL + own CUDA graph",
      dict(precision="fp16", channels_last=True, compile_mode="default", cuda_graph=True)),
+    ("compile max-autotune-no-cudagraphs + half + CL + own CUDA graph",
+     dict(precision="fp16", channels_last=True, compile_mode="max-autotune-no-cudagraphs",
+          cuda_graph=True)),
 ]
 
 

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from livefuse.errors import LivefuseError
+from livefuse.models import fused_ops
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,9 @@ class InSwapper128(nn.Module):
     the weights.
     """
 
+    first_gemm: torch.Tensor  # enable_fused's GEMM operands (non-persistent buffers)
+    last_gemm: torch.Tensor
+
     def __init__(self, width: int = FULL_WIDTH, n_blocks: int = 6,
                  latent_dim: int = LATENT_DIM) -> None:
         super().__init__()
@@ -119,6 +123,29 @@ class InSwapper128(nn.Module):
         self.up2 = nn.Conv2d(4 * w, 2 * w, 3, padding=1)
         self.up3 = nn.Conv2d(2 * w, w, 3, padding=1)
         self.last = nn.Conv2d(w, 3, 7)
+        self.fused: frozenset[str] = frozenset()
+
+    def enable_fused(self, ops: frozenset[str] | set[str]) -> None:
+        """Run the layers named in ``ops`` (a subset of
+        :data:`~livefuse.models.fused_ops.FUSED_OPS`) through their fused formulations in
+        :meth:`forward_styled`: the same function in fewer, fuller GPU kernels. Call it after the
+        weights are loaded (the GEMM operands are derived from them here, as non-persistent
+        buffers that follow ``.to()``).
+
+        Raises:
+            ValueError: an unknown name.
+        """
+        unknown = set(ops) - fused_ops.FUSED_OPS
+        if unknown:
+            raise ValueError(f"unknown fused ops {sorted(unknown)}; choose from "
+                             f"{sorted(fused_ops.FUSED_OPS)}")
+        self.fused = frozenset(ops)
+        self._adain_pad = fused_ops.adain_pad_fn()
+        with torch.no_grad():
+            self.register_buffer("first_gemm", fused_ops.first_weight(self.first.weight),
+                                 persistent=False)
+            self.register_buffer("last_gemm", fused_ops.last_weight(self.last.weight),
+                                 persistent=False)
 
     def convs(self) -> list[nn.Conv2d]:
         """The conv layers in graph order (the order the .onnx file's Conv nodes follow)."""
@@ -151,25 +178,53 @@ class InSwapper128(nn.Module):
     def forward_styled(self, target: torch.Tensor, styles: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` with :meth:`styles` computed beforehand; the same result."""
         x = self._encode(target)
-        for i, block in enumerate(self.blocks):
-            assert isinstance(block, StyleBlock)
-            x = block.forward_styled(x, styles[2 * i], styles[2 * i + 1])
+        if "adain" in self.fused:
+            x = self._blocks_fused(x, styles)
+        else:
+            for i, block in enumerate(self.blocks):
+                assert isinstance(block, StyleBlock)
+                x = block.forward_styled(x, styles[2 * i], styles[2 * i + 1])
         return self._decode(x)
 
+    def _blocks_fused(self, x: torch.Tensor, styles: torch.Tensor) -> torch.Tensor:
+        # Each norm's kernel writes the next conv's reflect-padded input, so the block input is
+        # the interior of the padded tensor. The convs' bias is left out: the norm's mean
+        # subtraction removes a per-channel constant exactly.
+        xp = F.pad(x, (1, 1, 1, 1), mode="reflect")
+        for i, block in enumerate(self.blocks):
+            assert isinstance(block, StyleBlock)
+            y = F.conv2d(xp, block.conv1.weight)
+            y = self._adain_pad(y, styles[2 * i], block.eps, True, None)
+            y = F.conv2d(y, block.conv2.weight)
+            xp = self._adain_pad(y, styles[2 * i + 1], block.eps, False,
+                                     xp[:, :, 1:-1, 1:-1])
+        return xp[:, :, 1:-1, 1:-1]
+
     def _encode(self, target: torch.Tensor) -> torch.Tensor:
-        x = F.leaky_relu(self.first(F.pad(target, (3, 3, 3, 3), mode="reflect")), 0.2)
+        xp = F.pad(target, (3, 3, 3, 3), mode="reflect")
+        if "first" in self.fused:
+            x = F.leaky_relu(fused_ops.first_conv(xp, self.first_gemm, self.first.bias), 0.2)
+        else:
+            x = F.leaky_relu(self.first(xp), 0.2)
         x = F.leaky_relu(self.down1(x), 0.2)
         x = F.leaky_relu(self.down2(x), 0.2)
         return F.leaky_relu(self.down3(x), 0.2)
 
+    @staticmethod
+    def _upsample(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+
     def _decode(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
-        x = F.leaky_relu(self.up1(x), 0.2)
-        x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
-        x = F.leaky_relu(self.up2(x), 0.2)
+        x = F.leaky_relu(self.up1(self._upsample(x)), 0.2)
+        x = F.leaky_relu(self.up2(self._upsample(x)), 0.2)
         x = F.leaky_relu(self.up3(x), 0.2)
-        x = self.last(F.pad(x, (3, 3, 3, 3), mode="reflect"))
-        return (torch.tanh(x) + 1.0) / 2.0
+        xp = F.pad(x, (3, 3, 3, 3), mode="reflect")
+        if "last" in self.fused:
+            y = fused_ops.last_conv(xp, self.last_gemm, self.last.bias,
+                                      self.last.out_channels)
+            return ((torch.tanh(y) + 1.0) / 2.0).to(x.dtype)
+        y = self.last(xp)
+        return (torch.tanh(y) + 1.0) / 2.0
 
 
 def parameter_count(model: nn.Module) -> int:

@@ -1,0 +1,254 @@
+"""Faster formulations of the inswapper port's layers for batch-1 GPU inference.
+
+A per-kernel profile of the compiled fp16 port on an H200 (``benchmarks/profile_layers.py``,
+docs/BENCHMARKS.md §4) showed three places far from the chip's rates:
+
+* the first and last 7×7 convs (3 → 128 and 128 → 3 channels) ran at about 0.6 GFLOP each in
+  27 and 48 µs: cuDNN's tensor-core kernels pad 3 channels to 8 or 64 and waste the rest;
+* each of the twelve instance norms took three kernels (a split reduction, its second pass and
+  the normalise / scale / shift / pad pass), 8-10 µs for a 2 MiB tensor;
+* each kernel boundary costs launch gaps even inside a CUDA graph.
+
+So, with the same mathematics:
+
+* :func:`first_conv` is an im2col (147 columns, padded to 152 for 16-byte rows) and one GEMM;
+* :func:`last_conv` is one GEMM of the padded input against all 49 taps' weights (128 → 49·3),
+  then a strided sum of the 49 shifted taps in float32;
+* :func:`adain_pad_fn` gives one Triton kernel (on CUDA; a torch reference elsewhere) for the
+  whole instance norm, the latent's scale and shift, the ReLU or the residual add, and the next
+  conv's reflect padding; the port then leaves out the res-block convs' bias, which the norm's
+  mean subtraction removes exactly.
+
+Every function has the signature-level semantics of the layer it replaces; tests compare each with
+the plain layer (on the CPU, and through Triton's interpreter for the kernel).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+FUSED_OPS = frozenset({"first", "last", "adain"})
+"""Names of the layers that have a fused formulation (``TorchRunner(fused=...)`` picks a subset)."""
+
+_FIRST_K = 152  # 3·7·7 = 147 im2col columns padded to a multiple of 8 (16-byte fp16 rows)
+_LAST_N = 152  # 49 taps × 3 output channels = 147, padded likewise
+
+
+def first_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``(128, 3, 7, 7)`` conv weight → ``(152, 128)`` im2col GEMM operand (rows ci, ky, kx)."""
+    cout = weight.shape[0]
+    w = weight.reshape(cout, -1).t()
+    return F.pad(w, (0, 0, 0, _FIRST_K - w.shape[0])).contiguous()
+
+
+def first_conv(xp: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """7×7 valid conv of a reflect-padded ``(N, 3, H+6, W+6)`` input with :func:`first_weight`.
+
+    Returns ``(N, Cout, H, W)`` in channels_last strides, in ``xp``'s dtype.
+    """
+    n, c, hp, wp = xp.shape
+    h, w_ = hp - 6, wp - 6
+    cols = xp.unfold(2, 7, 1).unfold(3, 7, 1)  # (N, C, H, W, 7, 7)
+    cols = cols.permute(0, 2, 3, 1, 4, 5).reshape(n * h * w_, c * 49)
+    cols = F.pad(cols, (0, w.shape[0] - c * 49))
+    out = torch.mm(cols, w) if bias is None else torch.addmm(bias, cols, w)  # (N·H·W, Cout)
+    return out.view(n, h, w_, -1).permute(0, 3, 1, 2)
+
+
+def last_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``(3, 128, 7, 7)`` conv weight → ``(128, 152)``: column ``(ky·7 + kx)·3 + co``."""
+    cout, cin = weight.shape[:2]
+    w = weight.permute(1, 2, 3, 0).reshape(cin, 49 * cout)
+    return F.pad(w, (0, _LAST_N - w.shape[1])).contiguous()
+
+
+def last_conv(xp: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+              cout: int) -> torch.Tensor:
+    """7×7 valid conv (128 → ``cout`` = 3 channels) of a reflect-padded ``(N, 128, H+6, W+6)``
+    input with :func:`last_weight`.
+
+    ``z = x @ w`` gives every padded pixel's contribution to each of the 49 taps; the output pixel
+    ``(y, x)`` sums tap ``(ky, kx)`` of pixel ``(y+ky, x+kx)``, read through one strided view.
+    Returns ``(N, 3, H, W)`` float32.
+    """
+    n, c, hp, wp = xp.shape
+    h, w_ = hp - 6, wp - 6
+    rows = xp.permute(0, 2, 3, 1).reshape(n * hp * wp, c)
+    z = torch.mm(rows, w).view(n, hp, wp, w.shape[1])
+    s_n, s_y, s_x, _ = z.stride()
+    taps = z.as_strided((n, h, w_, 7, 7, cout), (s_n, s_y, s_x, s_y + 7 * cout, s_x + cout, 1))
+    out = taps.sum(dim=(3, 4), dtype=torch.float32)
+    if bias is not None:
+        out = out + bias.float()
+    return out.permute(0, 3, 1, 2)
+
+
+# ----------------------------------------------------------------------------- instance norm
+
+def adain_pad_reference(y: torch.Tensor, style: torch.Tensor, eps: float, relu: bool,
+                        residual: torch.Tensor | None) -> torch.Tensor:
+    """What :func:`adain_pad` computes, in torch: instance norm of ``y`` ``(N, C, H, W)`` in
+    float32, ``* scale + shift`` from ``style`` ``(N, 2C)``, then ReLU or ``+ residual``, then
+    reflect padding by 1 pixel. Returns ``(N, C, H+2, W+2)`` in ``y``'s dtype."""
+    yf = y.float()
+    mean = yf.mean(dim=(2, 3), keepdim=True)
+    centred = yf - mean
+    var = (centred * centred).mean(dim=(2, 3), keepdim=True)
+    c = y.shape[1]
+    sf = style.float()
+    out = centred / torch.sqrt(var + eps) * sf[:, :c, None, None] + sf[:, c:, None, None]
+    if relu:
+        out = torch.relu(out)
+    if residual is not None:
+        out = out + residual.float()
+    return F.pad(out, (1, 1, 1, 1), mode="reflect").to(y.dtype)
+
+
+@functools.cache
+def _triton() -> Any:
+    """The Triton kernel and its launcher, or ``None`` where Triton is not installed."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def adain_pad_kernel(y_ptr, s_ptr, r_ptr, o_ptr, C, H, W,
+                         syn, syc, syh, syw, srn, src, srh, srw, son, soc, soh, sow, ssn,
+                         inv_hw, eps, HW: tl.constexpr, BLOCK_C: tl.constexpr,
+                         BORDER: tl.constexpr, RELU: tl.constexpr, RESIDUAL: tl.constexpr):
+        # One program owns BLOCK_C channels of one image: it reads them once, keeps them in
+        # registers for the statistics and the interior of the padded output, and re-reads only
+        # the 2(H+W)+4 source pixels of the reflected border.
+        n = tl.program_id(0)
+        cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        cmask = cs < C
+        p = tl.arange(0, HW)
+        ph = p // W
+        pw = p % W
+        m2 = (p < H * W)[:, None] & cmask[None, :]
+        v = tl.load(y_ptr + n * syn + ph[:, None] * syh + pw[:, None] * syw + cs[None, :] * syc,
+                    mask=m2, other=0.0).to(tl.float32)
+        mean = tl.sum(v, axis=0) * inv_hw
+        d = tl.where(m2, v - mean[None, :], 0.0)
+        var = tl.sum(d * d, axis=0) * inv_hw
+        scale = tl.load(s_ptr + n * ssn + cs, mask=cmask, other=0.0).to(tl.float32)
+        shift = tl.load(s_ptr + n * ssn + C + cs, mask=cmask, other=0.0).to(tl.float32)
+        a = scale / tl.sqrt(var + eps)
+        b = shift - mean * a
+        out = v * a[None, :] + b[None, :]
+        if RELU:
+            out = tl.maximum(out, 0.0)
+        if RESIDUAL:
+            out += tl.load(r_ptr + n * srn + ph[:, None] * srh + pw[:, None] * srw
+                           + cs[None, :] * src, mask=m2, other=0.0).to(tl.float32)
+        tl.store(o_ptr + n * son + (ph + 1)[:, None] * soh + (pw + 1)[:, None] * sow
+                 + cs[None, :] * soc, out.to(o_ptr.dtype.element_ty), mask=m2)
+        # border: top row, bottom row (W+2 each), then left and right columns (H each)
+        q = tl.arange(0, BORDER)
+        row = q < 2 * (W + 2)
+        qc = q - 2 * (W + 2)
+        py = tl.where(row, tl.where(q < W + 2, 0, H + 1), 1 + qc % H)
+        px = tl.where(row, q % (W + 2), tl.where(qc < H, 0, W + 1))
+        qmask = q < 2 * (W + 2) + 2 * H
+        sy = py - 1
+        sx = px - 1
+        sy = tl.where(sy < 0, -sy, sy)
+        sy = tl.where(sy > H - 1, 2 * (H - 1) - sy, sy)
+        sx = tl.where(sx < 0, -sx, sx)
+        sx = tl.where(sx > W - 1, 2 * (W - 1) - sx, sx)
+        m = qmask[:, None] & cmask[None, :]
+        val = tl.load(y_ptr + n * syn + sy[:, None] * syh + sx[:, None] * syw
+                      + cs[None, :] * syc, mask=m, other=0.0).to(tl.float32)
+        edge = val * a[None, :] + b[None, :]
+        if RELU:
+            edge = tl.maximum(edge, 0.0)
+        if RESIDUAL:
+            edge += tl.load(r_ptr + n * srn + sy[:, None] * srh + sx[:, None] * srw
+                            + cs[None, :] * src, mask=m, other=0.0).to(tl.float32)
+        tl.store(o_ptr + n * son + py[:, None] * soh + px[:, None] * sow + cs[None, :] * soc,
+                 edge.to(o_ptr.dtype.element_ty), mask=m)
+
+    def launch(kernel: Any, y: torch.Tensor, style: torch.Tensor, eps: float, relu: bool,
+               residual: torch.Tensor | None, block_c: int = 16, num_warps: int = 8
+               ) -> torch.Tensor:
+        n, c, h, w = y.shape
+        # NHWC storage viewed as NCHW: channels_last without a layout-conversion kernel
+        out = torch.empty((n, h + 2, w + 2, c), dtype=y.dtype, device=y.device)
+        out = out.permute(0, 3, 1, 2)
+        r = residual if residual is not None else y
+        kernel[(n, triton.cdiv(c, block_c))](
+            y, style, r, out, c, h, w, *y.stride(), *r.stride(), *out.stride(), style.stride(0),
+            1.0 / (h * w), eps, HW=triton.next_power_of_2(h * w), BLOCK_C=block_c,
+            BORDER=triton.next_power_of_2(2 * (w + 2) + 2 * h), RELU=relu,
+            RESIDUAL=residual is not None, num_warps=num_warps)
+        return out
+
+    return adain_pad_kernel, launch
+
+
+def triton_available() -> bool:
+    return _triton() is not None
+
+
+def adain_pad_triton(y: torch.Tensor, style: torch.Tensor, eps: float, relu: bool,
+                     residual: torch.Tensor | None) -> torch.Tensor:
+    """:func:`adain_pad_reference` as one Triton kernel launch (CUDA tensors, or CPU tensors under
+    ``TRITON_INTERPRET=1``). Raises ``RuntimeError`` where Triton is not installed."""
+    t = _triton()
+    if t is None:
+        raise RuntimeError("Triton is not installed")
+    kernel, launch = t
+    out: torch.Tensor = launch(kernel, y, style, eps, relu, residual)
+    return out
+
+
+@functools.cache
+def _adain_op() -> Any:
+    """``livefuse::adain_pad`` as a ``torch.library.triton_op``, so torch.compile keeps the kernel
+    in its graph (and a CUDA graph captures it)."""
+    t = _triton()
+    if t is None or os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    kernel, launch = t
+    from torch.library import triton_op, wrap_triton
+
+    @triton_op("livefuse::adain_pad", mutates_args=())
+    def adain_pad_op(y: torch.Tensor, style: torch.Tensor, eps: float, relu: bool,
+                     residual: torch.Tensor | None) -> torch.Tensor:
+        out: torch.Tensor = launch(wrap_triton(kernel), y, style, eps, relu, residual)
+        return out
+
+    return adain_pad_op
+
+
+AdainPad = Callable[[torch.Tensor, torch.Tensor, float, bool, torch.Tensor | None], torch.Tensor]
+
+
+def adain_pad_fn() -> AdainPad:
+    """The fused instance norm + modulation + ReLU or residual + reflect pad 1 (semantics of
+    :func:`adain_pad_reference`): one Triton kernel for CUDA tensors where Triton is installed,
+    the torch reference otherwise.
+
+    Resolved once, outside any compiled region: Dynamo would otherwise trace into Triton's import
+    and break the graph at the first norm.
+    """
+    op = _adain_op()
+    if op is None:
+        return adain_pad_reference
+
+    def adain_pad(y: torch.Tensor, style: torch.Tensor, eps: float, relu: bool,
+                  residual: torch.Tensor | None) -> torch.Tensor:
+        if y.is_cuda:
+            out: torch.Tensor = op(y, style, eps, relu, residual)
+            return out
+        return adain_pad_reference(y, style, eps, relu, residual)
+
+    return adain_pad

@@ -56,19 +56,24 @@ def clip(size: tuple[int, int], frames: int, seed: int = 0) -> list[Frame]:
     return out
 
 
+_PLAIN: dict[str, Any] = {"channels_last": False, "cuda_graph": False, "fused": frozenset()}
+_CL = {**_PLAIN, "channels_last": True}
+_GRAPH = {**_CL, "cuda_graph": True}
+
 VARIANTS: dict[str, tuple[str, dict[str, Any], bool]] = {
     # name: (precision, NeuralSwapper options, cache on)
-    "fp32 strict": ("fp32", {}, False),
-    "fp16 half + channels_last": ("fp16", {"channels_last": True}, False),
-    "fp16 + CL + cache (N=5, thr 0.8)": ("fp16", {"channels_last": True}, True),
-    "fp16 + CL + CUDA graph": ("fp16", {"channels_last": True, "cuda_graph": True}, False),
-    "fp16 + CL + CUDA graph + cache": ("fp16", {"channels_last": True, "cuda_graph": True},
-                                       True),
-    "fp16 + CL + CUDA graph + GPU paste": ("fp16", {"channels_last": True, "cuda_graph": True,
-                                                    "gpu_paste": True}, False),
-    "fp16 + CL + compile + GPU paste": ("fp16", {"channels_last": True,
-                                                 "compile_mode": "reduce-overhead",
+    "fp32 strict": ("fp32", _PLAIN, False),
+    "fp16 half + channels_last": ("fp16", _CL, False),
+    "fp16 + CL + cache (N=5, thr 0.8)": ("fp16", _CL, True),
+    "fp16 + CL + CUDA graph": ("fp16", _GRAPH, False),
+    "fp16 + CL + CUDA graph + cache": ("fp16", _GRAPH, True),
+    "fp16 + CL + CUDA graph + GPU paste": ("fp16", {**_GRAPH, "gpu_paste": True}, False),
+    "fp16 + CL + compile + GPU paste": ("fp16", {**_CL, "compile_mode": "reduce-overhead",
                                                  "gpu_paste": True}, False),
+    # NeuralSwapper's CUDA defaults: channels_last + CUDA graph + fused layers
+    "fp16 defaults (CL + graph + fused)": ("fp16", {}, False),
+    "fp16 defaults + cache": ("fp16", {}, True),
+    "fp16 defaults + GPU paste": ("fp16", {"gpu_paste": True}, False),
 }
 
 

@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from livefuse.models.fused_ops import FUSED_OPS
 from livefuse.models.inswapper_torch import LoadedInswapper, parameter_count
 from livefuse.models.synthetic import random_emap, random_inswapper
 from livefuse.swap.neural import TorchRunner
@@ -48,6 +49,18 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("compile max-autotune-no-cudagraphs + half + CL + own CUDA graph",
      dict(precision="fp16", channels_last=True, compile_mode="max-autotune-no-cudagraphs",
           cuda_graph=True)),
+    # The fused formulations of livefuse.models.fused_ops (all, then subsets to attribute gains)
+    ("compile default + half + CL + own CUDA graph + fused layers",
+     dict(precision="fp16", channels_last=True, compile_mode="default", cuda_graph=True,
+          fused=FUSED_OPS)),
+    ("  … fused first + last conv only",
+     dict(precision="fp16", channels_last=True, compile_mode="default", cuda_graph=True,
+          fused=frozenset({"first", "last"}))),
+    ("  … fused norms only",
+     dict(precision="fp16", channels_last=True, compile_mode="default", cuda_graph=True,
+          fused=frozenset({"adain"}))),
+    ("half + CL + CUDA graph + fused layers (no compile)",
+     dict(precision="fp16", channels_last=True, cuda_graph=True, fused=FUSED_OPS)),
 ]
 
 

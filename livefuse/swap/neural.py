@@ -140,12 +140,15 @@ class TorchRunner:
         channels_last: NHWC memory format (faster tensor-core convs).
         cuda_graph: capture one forward into a CUDA graph and replay it (CUDA only).
         compile_mode: ``torch.compile`` mode (e.g. ``reduce-overhead``), or ``None``.
+        fused: layers to run through their fused formulations (a subset of
+            :data:`~livefuse.models.fused_ops.FUSED_OPS`; see
+            :meth:`~livefuse.models.inswapper_torch.InSwapper128.enable_fused`).
     """
 
     def __init__(self, loaded: LoadedInswapper, device: str = "cpu", precision: str = "fp32", *,
                  fp16_mode: Literal["half", "autocast"] = "half", tf32: bool = False,
                  channels_last: bool = False, cuda_graph: bool = False,
-                 compile_mode: str | None = None) -> None:
+                 compile_mode: str | None = None, fused: frozenset[str] = frozenset()) -> None:
         import torch
 
         self.precision = precision
@@ -154,6 +157,9 @@ class TorchRunner:
         self.low = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
         self.autocast = self.low is not None and fp16_mode == "autocast"
         model = copy.deepcopy(loaded.model).eval()
+        if fused:
+            model.enable_fused(fused)
+        self.fused = frozenset(fused)
         self.in_dtype = torch.float32
         if self.low is not None and not self.autocast:
             # cast before the move, so the device never holds an fp32 copy (peak memory)
@@ -308,8 +314,11 @@ class NeuralSwapper:
         device: ``cpu`` or ``cuda[:N]`` (torch backend; onnxruntime follows ``providers``).
         providers: onnxruntime execution providers (default ``cuda`` then ``cpu`` on a CUDA
             device, else ``cpu``).
-        fp16_mode, channels_last, cuda_graph, compile_mode, tf32: see :class:`TorchRunner`.
+        fp16_mode, channels_last, cuda_graph, compile_mode, tf32, fused: see
+            :class:`TorchRunner`. ``None`` (channels_last, cuda_graph, fused) means on, with every
+            fused layer, for the torch backend on CUDA, and off elsewhere.
         gpu_paste: torch backend on CUDA: align and paste on the GPU (frame up once, down once).
+            Off by default: the pose cache needs the pasted patch on the CPU.
         empty_cache_every: call ``torch.cuda.empty_cache()`` every N frames (0 = never).
         vram_limit: refuse the session when more than this fraction of VRAM is in use.
         trt_cache_dir: TensorRT engine cache folder.
@@ -324,9 +333,11 @@ class NeuralSwapper:
     def __init__(self, model_path: str | Path, *, backend: NeuralBackend = "torch",
                  precision: str = "auto", device: str = "cpu",
                  providers: Sequence[str] | None = None,
-                 fp16_mode: Literal["half", "autocast"] = "half", channels_last: bool = False,
-                 cuda_graph: bool = False, compile_mode: str | None = None, tf32: bool = False,
-                 gpu_paste: bool = False, empty_cache_every: int = 0,
+                 fp16_mode: Literal["half", "autocast"] = "half",
+                 channels_last: bool | None = None, cuda_graph: bool | None = None,
+                 compile_mode: str | None = None, tf32: bool = False,
+                 fused: frozenset[str] | None = None, gpu_paste: bool = False,
+                 empty_cache_every: int = 0,
                  vram_limit: float = VRAM_LIMIT, trt_cache_dir: Path | None = None,
                  threads: int | None = None) -> None:
         if backend not in ("torch", "onnxruntime"):
@@ -340,9 +351,18 @@ class NeuralSwapper:
             self.precision, self.precision_reason = "fp32", "onnxruntime backend has no bf16 path"
         if providers is None:
             providers = ("cuda", "cpu") if device.startswith("cuda") else ("cpu",)
+        # A torch session on CUDA defaults to the fastest eager set measured on an H200
+        # (docs/BENCHMARKS.md §4): at batch 1 the port is launch-bound, so a plain fp16 forward
+        # is no faster than fp32 until a CUDA graph and the fused layers remove the gaps.
+        fast = backend == "torch" and device.startswith("cuda")
+        if fused is None:
+            from livefuse.models.fused_ops import FUSED_OPS
+
+            fused = FUSED_OPS if fast else frozenset()
         self._torch_opts: dict[str, Any] = dict(
-            fp16_mode=fp16_mode, channels_last=channels_last, cuda_graph=cuda_graph,
-            compile_mode=compile_mode, tf32=tf32)
+            fp16_mode=fp16_mode, channels_last=fast if channels_last is None else channels_last,
+            cuda_graph=fast if cuda_graph is None else cuda_graph, compile_mode=compile_mode,
+            tf32=tf32, fused=fused)
         self._ort_opts: dict[str, Any] = dict(providers=tuple(providers),
                                               trt_cache_dir=trt_cache_dir, threads=threads)
         self._loaded: LoadedInswapper | None = None
@@ -353,7 +373,7 @@ class NeuralSwapper:
             self.emap = self._loaded.emap
         else:
             self.emap = _read_emap(self.model_path)
-        self.gpu_paste = gpu_paste and backend == "torch" and device.startswith("cuda")
+        self.gpu_paste = gpu_paste and fast
         self.empty_cache_every = empty_cache_every
         self.fallbacks = 0
         self._latched = False

@@ -24,8 +24,9 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
     d = EngineConfig()
     p.add_argument("--engine", choices=RUN_ENGINE_CHOICES, default="auto",
                    help="auto (default): neural when its models are present and verified, else "
-                        "classic; classic: offline, no download; neural: inswapper_128 + "
-                        "buffalo_l models (see `livefuse models`)")
+                        "classic; classic: offline, no download; neural: inswapper_128 with "
+                        "buffalo_l's det_10g detector and w600k_r50 recogniser (see "
+                        "`livefuse models`)")
     p.add_argument("--precision", choices=PRECISION_CHOICES, default=d.precision,
                    help="neural: auto = fp16 on CUDA with compute capability >= 7.0, else fp32")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default=d.backend,
@@ -36,12 +37,14 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
     p.add_argument("--face-selector", choices=FACE_SELECTOR_CHOICES,
                    default=face_selector or d.face_selector,
                    help="one: the largest target face (or --target-face-index); many: every "
-                        "face; reference: the face nearest to --reference")
+                        "face; reference: the face nearest to --reference (default: %(default)s)")
     p.add_argument("--target-face-index", type=int, default=None,
                    help="with --face-selector one: the face to swap, counted left to right from 0")
     p.add_argument("--detect-every", type=int, default=detect_every or d.detect_every,
                    metavar="K", help="run detection every K frames and track in between")
-    p.add_argument("--blend", choices=BLEND_CHOICES, default=d.blend)
+    p.add_argument("--blend", choices=BLEND_CHOICES, default=d.blend,
+                   help="classic: feather (soft alpha edge, keeps identity) or seamless (Poisson "
+                        "clone, washes identity out) (default: %(default)s)")
     p.add_argument("--no-keep-mouth", dest="keep_mouth", action="store_false",
                    help="do not keep the target's inner mouth")
 

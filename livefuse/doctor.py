@@ -158,7 +158,7 @@ def check_cameras(platform: str = sys.platform,
                   sysfs: Path = Path("/sys/class/video4linux")) -> list[Check]:
     """Virtual-camera backends and physical cameras (device names only; nothing is opened)."""
     vcam_lib = importlib.util.find_spec("pyvirtualcam") is not None
-    lib_note = () if vcam_lib else ("pip install pyvirtualcam",)
+    lib_note = () if vcam_lib else ("pip install 'livefuse[vcam]'",)
     if platform.startswith("linux"):
         from livefuse.io.sources import v4l2_devices
 

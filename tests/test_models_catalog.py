@@ -81,6 +81,17 @@ def test_list_shows_status_size_and_licence(tmp_path: Path,
     assert "non-commercial research" in lines["det_10g"]
 
 
+def test_models_without_subcommand_lists_and_names_the_pack(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = _parse(["models", "--models-dir", str(tmp_path)])
+    assert args.func is models_cli.cmd_list
+    assert args.func(args) == 0
+    lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[2:]}
+    assert "detector (buffalo_l)" in lines["det_10g"]
+    assert "recogniser (buffalo_l)" in lines["w600k_r50"]
+    assert "buffalo_l" not in lines["inswapper_128"]
+
+
 def test_models_dir_flag_after_subcommand_and_env(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     assert _parse(["models", "list", "--models-dir", "/x"]).models_dir == "/x"

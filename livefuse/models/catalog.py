@@ -53,6 +53,7 @@ class ModelSpec:
         sha256: lower-case hex SHA-256 of the file, or ``None`` when no digest is published.
         licence: the weights' licence in one line.
         input_size: network input ``(width, height)`` in px.
+        pack: the insightface model pack the file comes from (``buffalo_l``), if any.
     """
 
     name: str
@@ -63,6 +64,7 @@ class ModelSpec:
     sha256: str | None
     licence: str
     input_size: tuple[int, int]
+    pack: str | None = None
 
     @property
     def size_mib(self) -> float:
@@ -113,6 +115,7 @@ CATALOG: tuple[ModelSpec, ...] = (
         sha256="5838f7fe053675b1c7a08b633df49e7af5495cee0493c7dcf6697200b85b5b91",
         licence=INSIGHTFACE_LICENCE,
         input_size=(640, 640),
+        pack="buffalo_l",
     ),
     ModelSpec(
         # ArcFace ResNet-50 trained on WebFace600K (Deng et al. 2019), buffalo_l's recogniser.
@@ -124,6 +127,7 @@ CATALOG: tuple[ModelSpec, ...] = (
         sha256="4c06341c33c2ca1f86781dab0e829f88ad5b64be9fba56e56bc9ebdefc619e43",
         licence=INSIGHTFACE_LICENCE,
         input_size=(112, 112),
+        pack="buffalo_l",
     ),
 )
 

@@ -31,8 +31,8 @@ def format_table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> st
 def cmd_list(args: argparse.Namespace) -> int:
     """Print name, role, size (MiB), status and licence of every catalog row."""
     directory = _dir(args)
-    rows = [(s.name, s.role, f"{s.size_mib:.1f}", dl.status_text(dl.status(s, directory)),
-             s.licence) for s in CATALOG]
+    rows = [(s.name, f"{s.role} ({s.pack})" if s.pack else s.role, f"{s.size_mib:.1f}",
+             dl.status_text(dl.status(s, directory)), s.licence) for s in CATALOG]
     print(f"models folder: {directory}")
     print(format_table(rows, ("name", "role", "MiB", "status", "licence")))
     return 0
@@ -79,9 +79,11 @@ def _add_dir_flag(p: argparse.ArgumentParser, default: Any) -> None:
 
 def add_parser(sub: Any) -> None:
     """Register ``models`` with ``list``, ``fetch NAME``, ``verify`` and ``import PATH``."""
-    p = sub.add_parser("models", help="list, download, verify or import model files")
+    p = sub.add_parser("models", help="list, download, verify or import model files",
+                       description="Without a sub-command: list the models.")
     _add_dir_flag(p, None)
-    msub = p.add_subparsers(dest="models_command", required=True)
+    p.set_defaults(func=cmd_list)
+    msub = p.add_subparsers(dest="models_command")
     # SUPPRESS keeps a --models-dir given before the sub-command from being reset to None.
     q = msub.add_parser("list", help="show every model, its status and licence")
     _add_dir_flag(q, argparse.SUPPRESS)

@@ -92,11 +92,22 @@ def check_torch() -> list[Check]:
         capability = (int(major), int(minor))
         checks.append(Check("gpu", "ok", f"{device}, compute capability "
                             f"{capability[0]}.{capability[1]}"))
+        checks.append(check_fused_kernel())
     else:
         checks.append(Check("gpu", "info", "no CUDA device visible to torch"))
     name, why = auto_precision(device, capability)
     checks.append(Check("precision", "ok", f"auto -> {name} ({why})"))
     return checks
+
+
+def check_fused_kernel() -> Check:
+    """Whether the torch swapper's fused norm runs as its Triton kernel (CUDA sessions)."""
+    from livefuse.models import fused_ops
+
+    if fused_ops.adain_pad_fn() is not fused_ops.adain_pad_reference:
+        return Check("fused kernel", "ok", "Triton instance-norm kernel available")
+    return Check("fused kernel", "info", "Triton or torch >= 2.6 missing: the fused norm runs "
+                 "as plain torch ops (slower)", ("pip install triton",))
 
 
 def check_onnxruntime(version_of: Callable[[str], str | None] = _installed_version) -> list[Check]:

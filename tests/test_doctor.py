@@ -128,3 +128,15 @@ def test_doctor_subcommand_exit_status(tmp_path: Path, capsys: pytest.CaptureFix
     assert "model inswapper_128" in capsys.readouterr().out
     (tmp_path / "det_10g.onnx").write_bytes(b"")
     assert args.func(args) == 1
+
+
+def test_fused_kernel_check_says_whether_triton_runs_the_norm(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from livefuse.models import fused_ops
+
+    monkeypatch.setattr(fused_ops, "_adain_op", lambda: None)
+    check = doctor.check_fused_kernel()
+    assert check.level == "info" and "plain torch" in check.summary
+    assert check.detail == ("pip install triton",)
+    monkeypatch.setattr(fused_ops, "_adain_op", lambda: object())
+    assert doctor.check_fused_kernel().level == "ok"

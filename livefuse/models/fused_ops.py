@@ -218,7 +218,10 @@ def _adain_op() -> Any:
     if t is None or os.environ.get("TRITON_INTERPRET") == "1":
         return None
     kernel, launch = t
-    from torch.library import triton_op, wrap_triton
+    try:
+        from torch.library import triton_op, wrap_triton
+    except ImportError:  # torch < 2.6: the torch reference runs instead
+        return None
 
     @triton_op("livefuse::adain_pad", mutates_args=())
     def adain_pad_op(y: torch.Tensor, style: torch.Tensor, eps: float, relu: bool,

@@ -196,8 +196,7 @@ class InSwapper128(nn.Module):
             y = F.conv2d(xp, block.conv1.weight)
             y = self._adain_pad(y, styles[2 * i], block.eps, True, None)
             y = F.conv2d(y, block.conv2.weight)
-            xp = self._adain_pad(y, styles[2 * i + 1], block.eps, False,
-                                     xp[:, :, 1:-1, 1:-1])
+            xp = self._adain_pad(y, styles[2 * i + 1], block.eps, False, xp[:, :, 1:-1, 1:-1])
         return xp[:, :, 1:-1, 1:-1]
 
     def _encode(self, target: torch.Tensor) -> torch.Tensor:
@@ -210,18 +209,15 @@ class InSwapper128(nn.Module):
         x = F.leaky_relu(self.down2(x), 0.2)
         return F.leaky_relu(self.down3(x), 0.2)
 
-    @staticmethod
-    def _upsample(x: torch.Tensor) -> torch.Tensor:
-        return F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
-
     def _decode(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.leaky_relu(self.up1(self._upsample(x)), 0.2)
-        x = F.leaky_relu(self.up2(self._upsample(x)), 0.2)
+        x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+        x = F.leaky_relu(self.up1(x), 0.2)
+        x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+        x = F.leaky_relu(self.up2(x), 0.2)
         x = F.leaky_relu(self.up3(x), 0.2)
         xp = F.pad(x, (3, 3, 3, 3), mode="reflect")
         if "last" in self.fused:
-            y = fused_ops.last_conv(xp, self.last_gemm, self.last.bias,
-                                      self.last.out_channels)
+            y = fused_ops.last_conv(xp, self.last_gemm, self.last.bias, self.last.out_channels)
             return ((torch.tanh(y) + 1.0) / 2.0).to(x.dtype)
         y = self.last(xp)
         return (torch.tanh(y) + 1.0) / 2.0

@@ -101,3 +101,32 @@ def test_missing_models_name_the_file_and_the_fix(tmp_path: Path, source_path: P
     assert code == 2
     err = capsys.readouterr().err
     assert "det_10g" in err and "livefuse models" in err
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_defaults_match_cpu_fp32_on_a_real_photo(paths: NeuralPaths, source_path: Path,
+                                                      t1_path: Path) -> None:
+    """The torch backend's CUDA defaults (fp16, channels_last, CUDA graph, fused layers) swap a
+    face in insightface's t1.jpg like the fp32 CPU path does."""
+    import cv2
+
+    photo = cv2.resize(load_image(t1_path).bgr, (640, 640), interpolation=cv2.INTER_AREA)
+    # dimmed to the dark range of _frame, so the random-weight SCRFD sees only the white block
+    frame = (photo // 5).astype(np.uint8)
+    frame[32 * 9:32 * 10, 32 * 10:32 * 11] = 255
+    outs = []
+    for device, precision in (("cpu", "fp32"), ("cuda", "auto")):
+        cfg = EngineConfig(engine="neural", backend="torch", precision=precision,  # type: ignore[arg-type]
+                           device=device)
+        engine = Engine(cfg, components=build_neural(cfg, paths))
+        engine.set_source(load_image(source_path))
+        for _ in range(2):  # the second frame replays the captured graph
+            packet = engine.process(frame.copy())
+        assert packet.swapped == 1 and packet.output is not None
+        outs.append(packet.output.astype(int))
+        if device == "cuda":
+            runner = engine.swapper.swapper.runner  # type: ignore[attr-defined]
+            assert runner.fused and runner.cuda_graph and runner.precision == "fp16"
+    changed = np.abs(outs[0] - frame).sum(axis=2) > 0
+    assert changed.sum() > 5000
+    assert np.abs(outs[1] - outs[0])[changed].mean() <= 1.5

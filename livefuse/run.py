@@ -59,7 +59,7 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
     """
     img = load_image(target)
     t0 = time.perf_counter()
-    packet = engine.process(img.bgr, strict=True)
+    packet = engine.process_image(img.bgr)
     assert packet.output is not None
     summary = RunSummary(target=target, output=output, frames=1, faces_found=len(packet.faces),
                          faces_swapped=packet.swapped,

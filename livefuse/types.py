@@ -13,6 +13,7 @@ Conventions used everywhere in livefuse:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +22,9 @@ Frame = npt.NDArray[np.uint8]
 """``(H, W, 3) uint8 BGR`` image."""
 
 FloatArray = npt.NDArray[np.float32]
+Affine = npt.NDArray[np.float64]
+"""``(2, 3) float64`` affine matrix, frame px → the coordinates of an aligned crop or patch."""
+Blend = Literal["feather", "seamless"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,6 +38,9 @@ class Face:
         landmarks: ``(68, 2) float32`` iBUG-300W landmarks, or ``None``.
         embedding: identity embedding (``(128,)`` dlib or ``(512,)`` ArcFace, float32), or ``None``.
         track_id: identity kept across frames by the tracker; ``-1`` when untracked.
+        template: the analyser's appearance template of the face at its last detection (dlib:
+            ``(32, 32) float32`` grey aligned crop, zero mean, unit norm), which confirms a
+            tracked face is still a face; ``None`` when the analyser confirms otherwise.
     """
 
     bbox: FloatArray
@@ -42,6 +49,7 @@ class Face:
     landmarks: FloatArray | None = None
     embedding: FloatArray | None = None
     track_id: int = -1
+    template: FloatArray | None = None
 
     @property
     def width(self) -> float:
@@ -54,6 +62,53 @@ class Face:
     @property
     def area(self) -> float:
         return max(self.width, 0.0) * max(self.height, 0.0)
+
+
+@dataclass(eq=False)
+class StagedFrame:
+    """One frame on the host and, on the GPU path, on the device too (uploaded once).
+
+    Attributes:
+        host: ``(H, W, 3) uint8 BGR``; never modified by the engine.
+        device: the same frame as an ``(H, W, 3) uint8`` torch tensor on the GPU, or ``None`` on
+            the CPU path. Filled by :class:`livefuse.swap.gpu_frame.FrameStager`, on the capture
+            thread in a live session (so the upload of frame n+1 overlaps the GPU work on n).
+        ready: a ``torch.cuda.Event`` the device copy is complete at (``None``: already complete).
+        release: called once the engine is done with ``device`` (returns its pinned buffer).
+    """
+
+    host: Frame
+    device: Any = None
+    ready: Any = None
+    release: Any = None
+
+
+@dataclass(frozen=True, eq=False)
+class Patch:
+    """A rendered face before paste-back: an image in its own coordinates, an alpha, and the
+    affine matrix from frame px to those coordinates.
+
+    The classic renderer makes bbox-local patches (the affine is a translation); the neural one
+    makes the swapped aligned crop (the affine is the ArcFace alignment). One paste-back and one
+    cache re-warp (:mod:`livefuse.swap.paste`) serve both.
+
+    Attributes:
+        image: ``(h, w, 3) uint8 BGR`` on the host, or on the GPU path a ``(3, h, w)`` float
+            tensor, RGB in [0, 1] (the swapper's own output).
+        alpha: ``(h, w) float32`` blend weight in [0, 1] (a host array or a device tensor).
+        affine: frame px → patch px.
+        blend: ``feather`` (alpha blend) or ``seamless`` (Poisson clone inside ``alpha >= 0.5``;
+            host patches only).
+    """
+
+    image: Any
+    alpha: Any
+    affine: Affine
+    blend: Blend = "feather"
+
+    @property
+    def on_device(self) -> bool:
+        return not isinstance(self.image, np.ndarray)
 
 
 @dataclass
@@ -69,6 +124,7 @@ class FramePacket:
         swapped: how many faces were swapped into ``output``.
         timings_ms: per-stage wall time in ms (``detect``, ``swap``, ``paste``, ...).
         detected: ``True`` when the detector ran on this frame (``False`` when tracked).
+        cache_hits: how many of the swapped faces came from the pose-similarity cache.
     """
 
     index: int
@@ -79,3 +135,4 @@ class FramePacket:
     swapped: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
     detected: bool = False
+    cache_hits: int = 0

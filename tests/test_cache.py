@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import cv2
@@ -12,6 +13,7 @@ from skimage import data
 from livefuse.cache import PoseCache, pose_key, similarity
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.engine import Engine
+from livefuse.faces.analyser import AnyFrame, host_frame
 from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.synthetic import motion_clip
@@ -143,14 +145,14 @@ class _StubAnalyser:
         self.per_frame = per_frame
         self.calls = 0
 
-    def detect(self, frame: np.ndarray, upsample: int | None = None) -> list[Face]:
-        if frame.shape[0] == 100:  # the source photo
+    def detect(self, frame: AnyFrame, upsample: int | None = None) -> list[Face]:
+        if host_frame(frame).shape[0] == 100:  # the source photo
             return [self.source]
         self.calls += 1
         return self.per_frame[self.calls - 1]
 
-    def track(self, frame: np.ndarray, face: Face) -> Face | None:
-        return None
+    def track(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face | None]:
+        return [None for _ in faces]
 
     def embed(self, frame: np.ndarray, face: Face) -> np.ndarray:
         return np.zeros(128, np.float32)

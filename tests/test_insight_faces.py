@@ -160,8 +160,23 @@ def test_embed_follows_the_face_not_the_frame(analyser: InsightAnalyser) -> None
     assert float(a @ other) < float(a @ b) - 0.01
 
 
-def test_track_returns_none_to_force_redetection(analyser: InsightAnalyser) -> None:
-    assert analyser.track(np.zeros((64, 64, 3), np.uint8), _face_at(0, 0, 32)) is None
+def test_track_follows_the_face_and_drops_it_when_it_leaves(analyser: InsightAnalyser) -> None:
+    """Between detections a face is found again in a region around its last bbox, detected at
+    the full pass's scale (the same kps a full detection gives); once the face has left, the
+    region holds no face and the tracker says so instead of carrying it onto the background."""
+    first = analyser.detect(_frame_1080([(10, 5)]))[0]
+    tracked = Face(bbox=first.bbox, kps=first.kps, score=first.score, track_id=7)
+    for cell in ((11, 5), (11, 6), (12, 6), (12, 7)):  # one detector cell (96 px) a frame
+        frame = _frame_1080([cell])
+        [moved] = analyser.track(frame, [tracked])
+        [full] = analyser.detect(frame)
+        assert moved is not None and moved.track_id == 7
+        np.testing.assert_allclose(moved.kps, full.kps, atol=1e-3)
+        np.testing.assert_allclose(moved.bbox, full.bbox, atol=1e-3)
+        tracked = moved
+    assert analyser.track(_frame_1080([]), [tracked]) == [None]  # it left the picture
+    # another face elsewhere in the frame is not the tracked one
+    assert analyser.track(_frame_1080([(2, 1)]), [tracked]) == [None]
 
 
 def test_detector_only_analyser_refuses_embed(models) -> None:

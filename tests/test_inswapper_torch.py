@@ -163,7 +163,7 @@ def test_runner_recomputes_styles_when_the_source_changes() -> None:
     """The style cache is keyed by the latent's value: a new source face must not reuse the
     previous face's styles."""
     from livefuse.models.inswapper_torch import LoadedInswapper
-    from livefuse.swap.neural import TorchRunner
+    from livefuse.models.torch_runner import TorchRunner
 
     model = random_inswapper(8, seed=4)
     runner = TorchRunner(LoadedInswapper(model=model, emap=random_emap(0), path=Path("x")))
@@ -176,3 +176,23 @@ def test_runner_recomputes_styles_when_the_source_changes() -> None:
         torch.testing.assert_close(out_b, model(t, b))
     assert (out_a - out_b).abs().max() > 1e-3
     torch.testing.assert_close(runner.infer_tensor(t, a), out_a)  # back to the first source
+
+
+@pytest.mark.parametrize("fused", [frozenset(), frozenset({"first", "last", "adain"})])
+def test_batched_swap_equals_per_face_swaps(fused: frozenset[str]) -> None:
+    """All faces of a frame run as one batch with the source's styles broadcast over it; each
+    face's output equals its own batch-1 run (the fused layers included)."""
+    from livefuse.models.inswapper_torch import LoadedInswapper
+    from livefuse.models.torch_runner import TorchRunner
+
+    model = random_inswapper(8, seed=5)
+    runner = TorchRunner(LoadedInswapper(model=model, emap=random_emap(0), path=Path("x")),
+                         fused=fused)
+    faces = torch.rand(4, 3, 128, 128, generator=torch.Generator().manual_seed(3))
+    latent = torch.nn.functional.normalize(torch.randn(1, 512), dim=1)
+    batch = runner.infer_tensor(faces, latent).clone()
+    assert batch.shape == (4, 3, 128, 128)
+    for i in range(4):
+        torch.testing.assert_close(batch[i:i + 1], runner.infer_tensor(faces[i:i + 1], latent),
+                                   atol=1e-5, rtol=1e-5)
+    assert (batch[0] - batch[1]).abs().max() > 1e-3  # different faces, different outputs

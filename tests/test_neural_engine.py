@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from insightface.model_zoo.inswapper import INSwapper
 from synthetic_faces import build_arcface, build_scrfd
 
 from livefuse.cli import main
@@ -14,6 +16,7 @@ from livefuse.engine import Engine
 from livefuse.imaging import load_image, save_image
 from livefuse.models.synthetic import build_synthetic_inswapper
 from livefuse.swap.neural_engine import NeuralPaths, build_neural
+from livefuse.swap.paste import arcface_affine
 
 
 @pytest.fixture(scope="module")
@@ -56,13 +59,19 @@ def test_engine_swaps_the_detected_face_only(paths: NeuralPaths, source_path: Pa
     # the change stays inside the face's region (the aligned crop around the kps)
     assert xs.min() > 200 and xs.max() < 440 and ys.min() > 170 and ys.max() < 410
     assert diff[250:350, 270:370].mean() > 5.0
-    # same as calling the swapper directly with the source's latent
-    direct = frame.copy()
-    swapper = engine.swapper
-    latent = swapper.swapper.prepare_source(  # type: ignore[attr-defined]
-        swapper.analyser.embed(load_image(source_path).bgr, engine.source_face))  # type: ignore[attr-defined]
-    assert swapper.swapper.swap(direct, packet.faces[0], latent)  # type: ignore[attr-defined]
-    np.testing.assert_array_equal(out, direct)
+    # insightface's own INSwapper on the same model, face and source embedding: the same
+    # pixels deep inside the face (its paste-back erodes and blurs differently at the rim)
+    ref_face = SimpleNamespace(kps=packet.faces[0].kps, normed_embedding=engine.analyser.embed(
+        load_image(source_path).bgr, engine.source_face))  # type: ignore[arg-type]
+    ref = INSwapper(model_file=str(paths.swapper)).get(frame.copy(), ref_face, ref_face,
+                                                       paste_back=True)
+    m = arcface_affine(packet.faces[0].kps)
+    ys, xs = np.mgrid[0:640, 0:640]
+    u = m[0, 0] * xs + m[0, 1] * ys + m[0, 2]
+    v = m[1, 0] * xs + m[1, 1] * ys + m[1, 2]
+    core = (u >= 40) & (u < 88) & (v >= 40) & (v < 88)
+    assert core.sum() > 1000
+    assert np.abs(out[core].astype(int) - ref[core].astype(int)).max() <= 2
 
 
 def test_backends_agree_through_the_engine(paths: NeuralPaths, source_path: Path) -> None:
@@ -91,7 +100,8 @@ def test_cache_reuses_the_neural_swap(paths: NeuralPaths, source_path: Path) -> 
     uncached.set_source(load_image(source_path))
     plain = uncached.process(frame).output
     assert plain is not None
-    assert np.abs(plain.astype(int) - first).mean() < 0.5
+    # one render and one paste-back for both: the cache changes no pixel on a miss
+    np.testing.assert_array_equal(plain, first)
 
 
 def test_missing_models_name_the_file_and_the_fix(tmp_path: Path, source_path: Path,
@@ -125,7 +135,7 @@ def test_cuda_defaults_match_cpu_fp32_on_a_real_photo(paths: NeuralPaths, source
         assert packet.swapped == 1 and packet.output is not None
         outs.append(packet.output.astype(int))
         if device == "cuda":
-            runner = engine.swapper.swapper.runner  # type: ignore[attr-defined]
+            runner = engine.renderer.swapper.runner  # type: ignore[attr-defined]
             assert runner.fused and runner.cuda_graph and runner.precision == "fp16"
     changed = np.abs(outs[0] - frame).sum(axis=2) > 0
     assert changed.sum() > 5000

@@ -15,15 +15,18 @@ from skimage import data
 
 from livefuse.models.synthetic import build_synthetic_inswapper, face_kps
 from livefuse.swap.neural import NeuralSwapper
+from livefuse.swap.gpu_frame import align_crops, paste_patches
 from livefuse.swap.paste import (
     align_crop,
-    align_crop_torch,
     arcface_affine,
     feather_mask,
+    paste,
     paste_back,
-    paste_back_torch,
     paste_roi,
+    rewarp,
+    translation,
 )
+from livefuse.types import Patch
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +119,7 @@ def test_face_outside_the_frame_is_skipped(frame: np.ndarray) -> None:
 def test_torch_align_and_paste_match_opencv(frame: np.ndarray) -> None:
     m = arcface_affine(face_kps(400, 300, 64, 25.0))
     crop = align_crop(frame, m)
-    crop_t = align_crop_torch(torch.from_numpy(frame), m)
+    crop_t = align_crops(torch.from_numpy(frame), [m])
     as_bgr = (crop_t[0].permute(1, 2, 0).flip(-1) * 255).round().byte().numpy()
     d = np.abs(as_bgr.astype(int) - crop.astype(int))
     assert d.mean() < 0.5 and np.percentile(d, 99) <= 3
@@ -125,10 +128,65 @@ def test_torch_align_and_paste_match_opencv(frame: np.ndarray) -> None:
     cv_out = frame.copy()
     roi = paste_back(cv_out, fake, m)
     t_out = torch.from_numpy(frame.copy())
-    fake_rgb = torch.from_numpy(fake[:, :, ::-1].copy()).permute(2, 0, 1)[None].float() / 255
-    assert paste_back_torch(t_out, fake_rgb, m) == roi
+    fake_rgb = torch.from_numpy(fake[:, :, ::-1].copy()).permute(2, 0, 1).float() / 255
+    mask_t = torch.from_numpy(np.array(feather_mask(128)))
+    assert paste_patches(t_out, [Patch(image=fake_rgb, alpha=mask_t, affine=m)]) == [roi]
     d = np.abs(t_out.numpy().astype(int) - cv_out.astype(int))
     assert d.mean() < 0.2 and d.max() <= 8
+
+
+def test_batched_align_and_paste_equal_one_face_at_a_time(frame: np.ndarray) -> None:
+    """Several faces of a frame go through one grid_sample each way; the result is the same as
+    aligning and pasting them one by one (overlapping faces paste in order)."""
+    rng = np.random.default_rng(3)
+    affines = [arcface_affine(face_kps(x, y, e, a)) for x, y, e, a in
+               ((200, 200, 50, 0.0), (520, 330, 90, -20.0), (560, 360, 60, 35.0),
+                (900, 700, 70, 10.0))]  # the last one partly outside the frame
+    frame_t = torch.from_numpy(frame)
+    batch = align_crops(frame_t, affines)
+    for k, m in enumerate(affines):
+        np.testing.assert_allclose(batch[k].numpy(), align_crops(frame_t, [m])[0].numpy(),
+                                   atol=1e-6)
+    mask_t = torch.from_numpy(np.array(feather_mask(128)))
+    patches = [Patch(image=torch.from_numpy(rng.random((3, 128, 128), np.float32)),
+                     alpha=mask_t, affine=m) for m in affines]
+    together = torch.from_numpy(frame.copy())
+    rois = paste_patches(together, patches)
+    one_by_one = torch.from_numpy(frame.copy())
+    for p, roi in zip(patches, rois, strict=True):
+        assert paste_patches(one_by_one, [p]) == [roi]
+    assert all(r is not None for r in rois)
+    np.testing.assert_array_equal(together.numpy(), one_by_one.numpy())
+
+
+def test_bbox_local_patch_is_sliced_not_resampled(frame: np.ndarray) -> None:
+    """A classic (translation) patch pastes exactly its pixels where alpha is 1."""
+    img = np.random.default_rng(1).integers(0, 256, (40, 60, 3), dtype=np.uint8)
+    alpha = np.ones((40, 60), np.float32)
+    out = frame.copy()
+    roi = paste(out, Patch(image=img, alpha=alpha, affine=translation(100, 50)))
+    assert roi is not None
+    np.testing.assert_array_equal(out[50:90, 100:160], img)
+    untouched = np.ones(frame.shape[:2], bool)
+    untouched[50:90, 100:160] = False
+    np.testing.assert_array_equal(out[untouched], frame[untouched])
+
+
+def test_rewarp_follows_the_face_in_one_resample(frame: np.ndarray) -> None:
+    """A cached patch re-warped by the similarity between the face's points then and now lands
+    where a fresh render at the new place would: same pixels as pasting with the new affine."""
+    kps_then = face_kps(400, 300, 64, 0.0)
+    kps_now = face_kps(430, 310, 70, 12.0)
+    fake = np.asarray(cv2.GaussianBlur(np.random.default_rng(2).integers(
+        0, 256, (128, 128, 3), dtype=np.uint8), (7, 7), 0), np.uint8)
+    mask = feather_mask(128)
+    cached = Patch(image=fake, alpha=mask, affine=arcface_affine(kps_then))
+    moved = rewarp(cached, kps_then, kps_now)
+    np.testing.assert_allclose(moved.affine, arcface_affine(kps_now), atol=1e-6)
+    a, b = frame.copy(), frame.copy()
+    assert paste(a, moved) == paste(b, Patch(image=fake, alpha=mask,
+                                             affine=arcface_affine(kps_now)))
+    np.testing.assert_array_equal(a, b)
 
 
 def _embedding(seed: int) -> np.ndarray:

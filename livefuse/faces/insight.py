@@ -21,7 +21,14 @@ import cv2
 import numpy as np
 
 from livefuse.errors import LivefuseError
+from livefuse.faces.analyser import AnyFrame, host_frame
+from livefuse.faces.tracking import iou
 from livefuse.types import Face, FloatArray, Frame
+
+TRACK_CONTEXT = 2.0
+"""The tracked region's side, in multiples of the last bbox's longer side (room for the motion
+of a few frames)."""
+_STRIDE = 32  # SCRFD's coarsest stride: detector inputs are multiples of it
 
 SessionFactory = Callable[[str, Sequence[str]], Any]
 
@@ -104,7 +111,7 @@ class InsightAnalyser:
         # map back with the exact per-axis ratios of the rounded size
         return small, np.array([size[0] / w, size[1] / h], np.float32)
 
-    def detect(self, frame: Frame, upsample: int | None = None) -> list[Face]:
+    def detect(self, frame: AnyFrame, upsample: int | None = None) -> list[Face]:
         """Find faces.
 
         Args:
@@ -117,7 +124,7 @@ class InsightAnalyser:
             Faces (bbox ``(4,) float32``, kps ``(5, 2) float32`` in ``frame`` px, SCRFD score),
             sorted left to right by bbox centre.
         """
-        small, scale = self._detector_frame(frame)
+        small, scale = self._detector_frame(host_frame(frame))
         size = self.det_size
         if upsample:
             size = (size[0] << upsample, size[1] << upsample)
@@ -131,13 +138,55 @@ class InsightAnalyser:
         faces.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
         return faces
 
-    def track(self, frame: Frame, face: Face) -> Face | None:
-        """No tracker for the neural analyser yet: always ``None``, so the engine re-detects.
+    def track(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face | None]:
+        """Carry faces between full detections by detecting in a region around each one.
 
-        SCRFD at 640 px costs a few ms on a GPU, so detecting every frame is the honest
-        baseline until a tracker is measured to be both cheaper and as accurate.
+        Each face's region, a square of :data:`TRACK_CONTEXT` times its bbox's longer side
+        centred on it, is detected at the scale of the full-frame pass (so the face looks to
+        SCRFD as it did at its last detection, and kps agree with a full detection): a 150 px
+        face in a 1080p frame is a 96 px detector input instead of 640 px, ~40x less work. The
+        detection overlapping the last bbox most is the face now; none there means the face is
+        gone (left the picture, covered), so it is never carried onto the background.
+
+        Returns:
+            Per face the moved face (bbox, kps and score of the new detection; same
+            ``track_id`` and embedding), or ``None``.
         """
-        return None
+        host = host_frame(frame)
+        h, w = host.shape[:2]
+        # the full pass's frame px -> detector px scale (the max_side downscale cancels out of
+        # the letterbox's fit)
+        scale = min(self.det_size[0] / w, self.det_size[1] / h)
+        return [self._track_one(host, face, scale) for face in faces]
+
+    def _track_one(self, host: Frame, face: Face, scale: float) -> Face | None:
+        h, w = host.shape[:2]
+        side_in = max(2, int(np.ceil(TRACK_CONTEXT * max(face.width, face.height) * scale
+                                     / _STRIDE))) * _STRIDE
+        side = side_in / scale  # frame px, so the region is detected at exactly ``scale``
+        cx, cy = (face.bbox[0] + face.bbox[2]) / 2, (face.bbox[1] + face.bbox[3]) / 2
+        x0, y0 = int(round(cx - side / 2)), int(round(cy - side / 2))
+        n = int(round(side))
+        if x0 >= w or y0 >= h or x0 + n <= 0 or y0 + n <= 0:
+            return None
+        region = host[max(y0, 0):min(y0 + n, h), max(x0, 0):min(x0 + n, w)]
+        # zero padding where the region leaves the frame keeps the detector's scale exact
+        region = cv2.copyMakeBorder(region, max(-y0, 0), max(y0 + n - h, 0), max(-x0, 0),
+                                    max(x0 + n - w, 0), cv2.BORDER_CONSTANT, value=0)
+        dets, kpss = self._detector.detect(region, input_size=(side_in, side_in))
+        off = np.array([x0, y0], np.float32)
+        best: Face | None = None
+        best_iou = 0.0
+        for i in range(dets.shape[0]):
+            bbox = (dets[i, :4] + np.tile(off, 2)).astype(np.float32)
+            overlap = iou(bbox, face.bbox)
+            if overlap > best_iou:
+                kps = (kpss[i] + off).astype(np.float32) if kpss is not None else \
+                    _kps_from_bbox(bbox)
+                best_iou = overlap
+                best = Face(bbox=bbox, kps=kps, score=float(dets[i, 4]),
+                            embedding=face.embedding, track_id=face.track_id)
+        return best
 
     def embed(self, frame: Frame, face: Face) -> FloatArray:
         """ArcFace identity embedding, L2-normalised: ``(512,) float32`` (cosine similarity).

@@ -224,3 +224,36 @@ def ensure_fp16_model(model_path: str | Path) -> Path:
     atomic_write_bytes(dst, half.SerializeToString())
     log.info("wrote fp16 copy %s (%.1f MiB)", dst, os.path.getsize(dst) / 2**20)
     return dst
+
+
+class OrtRunner:
+    """An inswapper session on onnxruntime in fp32 (the file as is) or fp16 (the fp16 file or a
+    converted copy); faces run one at a time (the released graph's batch is 1).
+
+    Raises:
+        ProviderError: the file cannot be opened or converted.
+    """
+
+    def __init__(self, model_path: Path, precision: str = "fp32",
+                 providers: Sequence[str] = ("cpu",), trt_cache_dir: Path | None = None,
+                 threads: int | None = None) -> None:
+        self.precision = precision
+        path = ensure_fp16_model(model_path) if precision == "fp16" else model_path
+        self.session = create_session(path, providers, trt_cache_dir=trt_cache_dir,
+                                      fp16=precision == "fp16", threads=threads)
+        ins = self.session.session.get_inputs()
+        self.input_names = [i.name for i in ins]
+
+    @property
+    def fallback(self) -> bool:
+        return self.session.fallback
+
+    def infer(self, target: Any, latent: Any) -> Any:
+        """``(N, 3, 128, 128) float32`` RGB [0, 1] and ``(1, 512)`` latent → ``(N, 3, 128, 128)``
+        float32."""
+        import numpy as np
+
+        outs = [self.session.run({self.input_names[0]: np.ascontiguousarray(target[i:i + 1]),
+                                  self.input_names[1]: latent})[0]
+                for i in range(target.shape[0])]
+        return np.concatenate(outs).astype(np.float32, copy=False)

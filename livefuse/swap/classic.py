@@ -10,6 +10,7 @@ texture transfer onto the target's landmarks keeps the target's geometry and, me
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from scipy.spatial import Delaunay
 
 from livefuse.config import EngineConfig
 from livefuse.faces.landmarks import INNER_MOUTH, JAW
-from livefuse.types import Face, FloatArray, Frame
+from livefuse.swap.paste import translation
+from livefuse.types import Face, FloatArray, Frame, Patch, StagedFrame
 
 # Points that fix the similarity transform: brows, nose bridge and wings, eye corners.
 # They move little with expression (iBUG 300-W indices).
@@ -46,24 +48,6 @@ class ClassicSource:
     triangles: npt.NDArray[np.int32]
     face: Face
     path: Path | None = None
-
-
-@dataclass(frozen=True)
-class RenderedFace:
-    """A swapped face rendered for one target, before paste-back.
-
-    Attributes:
-        origin: ``(x0, y0)`` px, where the patch's top-left corner sits in the frame.
-        face: ``(h, w, 3) uint8 BGR`` warped, recoloured source face.
-        alpha: ``(h, w) uint8``: the feathered blend weight (``blend='feather'``) or the binary
-            face mask (``blend='seamless'``), 0..255.
-        blend: how :meth:`ClassicSwapper.paste` blends it.
-    """
-
-    origin: tuple[int, int]
-    face: Frame
-    alpha: npt.NDArray[np.uint8]
-    blend: str
 
 
 def prepare_source(image: Frame, face: Face, path: Path | None = None) -> ClassicSource:
@@ -168,13 +152,21 @@ def transfer_colour_lab(src: Frame, ref: Frame, mask: npt.NDArray[np.bool_]) -> 
 
 
 class ClassicSwapper:
-    """Swap a prepared source face onto target faces of a frame, in place, bbox-local.
+    """The classic renderer: warp a prepared source face onto target faces, bbox-local.
 
     Cost is proportional to the face's area, not the frame's: only the region around the
-    target face is read and written (3-6 ms per 150-px face on one core).
+    target face is read (3-6 ms per 150-px face on one core). Paste-back is
+    :func:`livefuse.swap.paste.paste` (shared by every renderer).
     """
 
+    device = "cpu"
+    precision_in_use = "n/a (classic engine)"
+
     def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+
+    def configure(self, config: EngineConfig) -> None:
+        """Take new mouth, jaw and blend settings (between frames)."""
         self.config = config
 
     @staticmethod
@@ -182,31 +174,19 @@ class ClassicSwapper:
         """The source face prepared once (:func:`prepare_source`)."""
         return prepare_source(image, face, path)
 
-    def swap(self, frame: Frame, target: Face, source: ClassicSource) -> bool:
-        """Replace ``target``'s face in ``frame`` (``(H, W, 3) uint8 BGR``, modified in place).
-
-        Equivalent to :meth:`render` followed by :meth:`paste`.
-
-        Returns:
-            ``True`` when the face was swapped; ``False`` when it lies (almost) outside the frame
-            or has no landmarks.
-        """
-        rendered = self.render(frame, target, source)
-        if rendered is None:
-            return False
-        self.paste(frame, rendered)
-        return True
-
-    def render(self, frame: Frame, target: Face, source: ClassicSource) -> RenderedFace | None:
-        """Warp and recolour the source face for ``target`` without touching ``frame``.
-
-        The result lives in the coordinates of its bbox-local patch (``RenderedFace.origin``);
-        the pose-similarity cache keeps it and re-warps it onto later frames.
+    def render(self, frame: StagedFrame, faces: Sequence[Face],
+               source: ClassicSource) -> list[Patch | None]:
+        """Render the source face for each target face of ``frame`` (read only).
 
         Returns:
-            The rendered face, or ``None`` when the face lies (almost) outside the frame or has
-            no landmarks.
+            Per face a bbox-local :class:`~livefuse.types.Patch` (``image (h, w, 3) uint8 BGR``,
+            ``alpha (h, w) float32``, a translation affine), or ``None`` when the face lies
+            (almost) outside the frame or has no 68-point landmarks.
         """
+        return [self.render_one(frame.host, f, source) for f in faces]
+
+    def render_one(self, frame: Frame, target: Face, source: ClassicSource) -> Patch | None:
+        """Warp and recolour the source face for one ``target`` (see :meth:`render`)."""
         if target.landmarks is None:
             return None
         cfg = self.config
@@ -242,51 +222,11 @@ class ClassicSwapper:
         inner = cv2.erode(mask, np.ones((e, e), np.uint8)) > 0
         warped = transfer_colour_lab(warped, roi, inner if inner.sum() > 64 else mask > 0)
         alpha = _feather_alpha(mask, face_px) if cfg.blend == "feather" else mask
-        return RenderedFace(origin=(x0, y0), face=warped, alpha=alpha, blend=cfg.blend)
-
-    @staticmethod
-    def paste(frame: Frame, rendered: RenderedFace) -> None:
-        """Blend a rendered face into ``frame`` (``(H, W, 3) uint8 BGR``, in place) at its origin.
-
-        The patch is clipped to the frame (a re-warped cached face can reach past its edge).
-        """
-        x0, y0 = rendered.origin
-        ph, pw = rendered.face.shape[:2]
-        h, w = frame.shape[:2]
-        cx0, cy0, cx1, cy1 = max(x0, 0), max(y0, 0), min(x0 + pw, w), min(y0 + ph, h)
-        if cx1 - cx0 < 4 or cy1 - cy0 < 4:
-            return
-        sl = (slice(cy0 - y0, cy1 - y0), slice(cx0 - x0, cx1 - x0))
-        roi = frame[cy0:cy1, cx0:cx1]
-        face, alpha = rendered.face[sl], rendered.alpha[sl]
-        if rendered.blend == "seamless":
-            _seamless(roi, face, alpha)
-        else:
-            _blend(roi, face, alpha)
+        return Patch(image=warped, alpha=alpha.astype(np.float32) * np.float32(1.0 / 255.0),
+                     affine=translation(x0, y0), blend=cfg.blend)
 
 
 def _feather_alpha(mask: npt.NDArray[np.uint8], face_px: float) -> npt.NDArray[np.uint8]:
     k = max(3, int(face_px * 0.08)) | 1
     soft = cv2.erode(mask, np.ones((k // 2 + 1, k // 2 + 1), np.uint8))
     return cv2.GaussianBlur(soft, (k, k), 0).astype(np.uint8, copy=False)
-
-
-def _blend(roi: Frame, warped: Frame, alpha_u8: npt.NDArray[np.uint8]) -> None:
-    alpha = alpha_u8.astype(np.float32)[..., None] * (1.0 / 255.0)
-    blended = warped.astype(np.float32) * alpha + roi.astype(np.float32) * (1.0 - alpha)
-    roi[:] = (blended + 0.5).astype(np.uint8)
-
-
-def _seamless(roi: Frame, warped: Frame, mask: npt.NDArray[np.uint8]) -> None:
-    # seamlessClone needs the mask clear of the patch border; shrink it by 2 px.
-    m = mask.copy()
-    m[:2, :] = 0
-    m[-2:, :] = 0
-    m[:, :2] = 0
-    m[:, -2:] = 0
-    x, y, bw, bh = cv2.boundingRect(m)
-    if bw < 4 or bh < 4:
-        return
-    centre = (x + bw // 2, y + bh // 2)
-    roi[:] = cv2.seamlessClone(warped[y:y + bh, x:x + bw], roi, m[y:y + bh, x:x + bw], centre,
-                               cv2.NORMAL_CLONE)

@@ -1,26 +1,27 @@
 """The neural engine's parts, built from the model catalog: SCRFD + ArcFace analyser and an
-inswapper-class swapper behind the same interface the classic swapper offers the Engine
-(``prepare`` a source once, ``swap`` / ``render`` + ``paste`` a target).
+inswapper-class swapper behind the renderer contract every swapper offers the Engine
+(:class:`livefuse.swap.renderer.Renderer`: ``prepare`` a source once, ``render`` a batch of
+target faces into patches).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
 from livefuse.config import EngineConfig
+from livefuse.faces.analyser import Analyser
 from livefuse.faces.insight import InsightAnalyser
 from livefuse.models.catalog import get_spec, models_dir
 from livefuse.models.download import require, status
-from livefuse.swap.classic import ClassicSwapper, RenderedFace
 from livefuse.swap.neural import NeuralSwapper
 from livefuse.swap.paste import align_crop, arcface_affine, feather_mask, paste_roi
-from livefuse.types import Face, FloatArray, Frame
+from livefuse.types import Face, FloatArray, Frame, Patch, StagedFrame
 
 log = logging.getLogger(__name__)
 
@@ -85,65 +86,86 @@ def neural_models_present(directory: str | None = None) -> bool:
                for n in ("inswapper_128", "inswapper_128_fp16"))
 
 
-class NeuralFaceSwapper:
-    """Adapts :class:`NeuralSwapper` to the Engine: the source is prepared from the analyser's
-    ArcFace embedding, and ``render`` produces a bbox-local patch so the pose cache can reuse it.
+class NeuralRenderer:
+    """The neural renderer: the source is prepared from the analyser's ArcFace embedding; per
+    frame the aligned crops of all target faces are swapped as one batch.
+
+    On the torch backend on CUDA the frame is on the device (staged by the engine) and the crops,
+    the swap and the patches stay there; elsewhere the crops are cut on the host.
 
     Args:
         swapper: the inswapper runner (torch or onnxruntime backend, precision policy, guard).
         analyser: gives the source face's ArcFace embedding.
     """
 
-    def __init__(self, swapper: NeuralSwapper, analyser: InsightAnalyser) -> None:
+    def __init__(self, swapper: NeuralSwapper, analyser: Analyser) -> None:
         self.swapper = swapper
         self.analyser = analyser
-        # The GPU paste path keeps the frame on the device; the cache's CPU patches would undo it.
-        self.supports_cache = not swapper.gpu_paste
-        self._mask255 = feather_mask(INPUT_SIZE) * np.float32(255.0)
+        self._mask = feather_mask(INPUT_SIZE)
+        self._mask_t: Any = None
+
+    @property
+    def device(self) -> str:
+        return self.swapper.device if self.swapper.on_device else "cpu"
 
     @property
     def precision_in_use(self) -> str:
         return self.swapper.precision_in_use
 
+    def configure(self, config: EngineConfig) -> None:
+        """Nothing of the neural render depends on the settings that change in place."""
+
     def prepare(self, image: Frame, face: Face, path: Path | None = None) -> NeuralSource:
         latent = self.swapper.prepare_source(self.analyser.embed(image, face))
         return NeuralSource(latent=latent, face=face, path=path)
 
-    def swap(self, frame: Frame, target: Face, source: NeuralSource) -> bool:
-        return self.swapper.swap(frame, target, source.latent)
+    def render(self, frame: StagedFrame, faces: Sequence[Face],
+               source: NeuralSource) -> list[Patch | None]:
+        """Swap the aligned crops of ``faces`` (one batch); ``None`` for a face wholly outside
+        the frame. Patches are the swapped 128 px crops with the feathered mask and the ArcFace
+        affine: host ``uint8 BGR`` crops, or on the device ``(3, 128, 128)`` RGB tensors."""
+        out: list[Patch | None] = [None] * len(faces)
+        affines = [arcface_affine(f.kps, INPUT_SIZE) for f in faces]
+        shape = frame.host.shape
+        todo = [i for i, m in enumerate(affines)
+                if _covers(paste_roi(m, INPUT_SIZE, shape))]
+        if not todo:
+            return out
+        if self.swapper.on_device:
+            import torch
 
-    def render(self, frame: Frame, target: Face, source: NeuralSource) -> RenderedFace | None:
-        """Swap the aligned crop and warp it back into a bbox-local patch with a feathered alpha.
+            from livefuse.swap.gpu_frame import align_crops
 
-        Returns ``None`` when the face lies wholly outside the frame.
-        """
-        m = arcface_affine(target.kps, INPUT_SIZE)
-        x0, y0, x1, y1 = paste_roi(m, INPUT_SIZE, frame.shape)
-        if x1 - x0 < 8 or y1 - y0 < 8:
-            return None
-        fake = self.swapper.swap_aligned(align_crop(frame, m, INPUT_SIZE), source.latent)
-        inv = cv2.invertAffineTransform(m)
-        inv[:, 2] -= (x0, y0)
-        size = (x1 - x0, y1 - y0)
-        face = np.asarray(cv2.warpAffine(fake, inv, size, flags=cv2.INTER_LINEAR,
-                                         borderMode=cv2.BORDER_REPLICATE), np.uint8)
-        alpha = np.asarray(cv2.warpAffine(self._mask255, inv, size, flags=cv2.INTER_LINEAR,
-                                          borderValue=0.0), np.float32)
-        return RenderedFace(origin=(x0, y0), face=face,
-                            alpha=np.clip(alpha + 0.5, 0, 255).astype(np.uint8), blend="feather")
+            if frame.device is None:
+                raise RuntimeError("the neural renderer on CUDA needs a staged frame")
+            if self._mask_t is None:
+                self._mask_t = torch.from_numpy(np.array(self._mask)).to(frame.device.device)
+            crops = align_crops(frame.device, [affines[i] for i in todo], INPUT_SIZE)
+            swapped = self.swapper.swap_device(crops, source.latent)
+            for k, i in enumerate(todo):
+                out[i] = Patch(image=swapped[k], alpha=self._mask_t, affine=affines[i])
+            return out
+        host_crops = [align_crop(frame.host, affines[i], INPUT_SIZE) for i in todo]
+        for i, fake in zip(todo, self.swapper.swap_crops(host_crops, source.latent),
+                            strict=True):
+            out[i] = Patch(image=fake, alpha=self._mask, affine=affines[i])
+        return out
 
-    paste = staticmethod(ClassicSwapper.paste)
+
+def _covers(roi: tuple[int, int, int, int]) -> bool:
+    x0, y0, x1, y1 = roi
+    return x1 - x0 >= 8 and y1 - y0 >= 8
 
 
 def build_neural(config: EngineConfig, paths: NeuralPaths | None = None,
-                 **swapper_options: Any) -> tuple[InsightAnalyser, NeuralFaceSwapper]:
-    """Analyser and swapper for ``config.engine == 'neural'``.
+                 **swapper_options: Any) -> tuple[InsightAnalyser, NeuralRenderer]:
+    """Analyser and renderer for ``config.engine == 'neural'``.
 
     Args:
         config: precision, backend, device and models_dir are read.
         paths: explicit model files (tests, custom models); the verified catalog files otherwise.
         swapper_options: passed to :class:`NeuralSwapper` (``channels_last``, ``cuda_graph``,
-            ``compile_mode``, ``gpu_paste``, ...).
+            ``compile_mode``, ...).
 
     Raises:
         ModelMissingError / ModelVerifyError / FaceModelError / InswapperGraphError / VramError.
@@ -157,4 +179,4 @@ def build_neural(config: EngineConfig, paths: NeuralPaths | None = None,
                             device=device, **swapper_options)
     log.info("neural engine: %s backend on %s, precision %s (%s)", config.backend, device,
              swapper.precision, swapper.precision_reason)
-    return analyser, NeuralFaceSwapper(swapper, analyser)
+    return analyser, NeuralRenderer(swapper, analyser)

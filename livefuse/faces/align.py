@@ -1,0 +1,59 @@
+"""Face alignment maths: the ArcFace 5-point template and least-squares similarity transforms.
+
+Kept below both the analysers and the renderers (they all align faces the same way).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from livefuse.types import Affine, FloatArray
+
+ARCFACE_DST = np.array(
+    [[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
+     [41.5493, 92.3655], [70.7299, 92.2041]], dtype=np.float32)
+"""ArcFace 5-point template for 112×112 crops (insightface ``utils/face_align.py``)."""
+
+
+def umeyama(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Least-squares similarity (rotation, uniform scale, translation; no reflection) taking
+    ``src`` ``(N, d)`` to ``dst``, as a ``(d+1, d+1)`` matrix (Umeyama, IEEE TPAMI 13(4), 1991)."""
+    n, d = src.shape
+    mu_s, mu_d = src.mean(0), dst.mean(0)
+    s0, d0 = src - mu_s, dst - mu_d
+    cov = d0.T @ s0 / n
+    sign = np.ones(d)
+    if np.linalg.det(cov) < 0:
+        sign[-1] = -1
+    u, sv, vt = np.linalg.svd(cov)
+    r = u @ np.diag(sign) @ vt
+    var_s = (s0 ** 2).sum() / n
+    scale = (sv * sign).sum() / var_s if var_s > 0 else 1.0
+    t = np.eye(d + 1)
+    t[:d, :d] = scale * r
+    t[:d, d] = mu_d - scale * (r @ mu_s)
+    return t
+
+
+def arcface_affine(kps: FloatArray, size: int = 128) -> Affine:
+    """Affine matrix ``(2, 3) float64`` mapping frame px to a ``size``×``size`` aligned crop.
+
+    Sizes that are multiples of 112 scale the template; others (128) scale by size/128 and shift
+    x by 8·size/128, as insightface's ``estimate_norm`` does, so crops match its own.
+    """
+    if size % 112 == 0:
+        ratio, diff_x = size / 112.0, 0.0
+    else:
+        ratio, diff_x = size / 128.0, 8.0 * size / 128.0
+    dst = ARCFACE_DST.astype(np.float64) * ratio
+    dst[:, 0] += diff_x
+    return umeyama(np.asarray(kps, np.float64).reshape(5, 2), dst)[:2]
+
+
+def similarity(src: FloatArray, dst: FloatArray) -> Affine:
+    """Least-squares similarity transform ``(2, 3) float64`` taking points ``src`` to ``dst``
+    (both ``(N, 2)``, N >= 2)."""
+    return umeyama(np.asarray(src, np.float64), np.asarray(dst, np.float64))[:2]
+
+
+__all__ = ["ARCFACE_DST", "arcface_affine", "similarity", "umeyama"]

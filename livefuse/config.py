@@ -22,6 +22,7 @@ Precision = Literal["auto", "fp32", "fp16", "bf16"]
 Backend = Literal["torch", "onnxruntime"]
 FaceSelector = Literal["one", "many", "reference"]
 BlendMode = Literal["feather", "seamless"]
+CaptureKind = Literal["camera", "video", "test pattern"]
 
 ENGINE_CHOICES: tuple[str, ...] = get_args(EngineName)
 RUN_ENGINE_CHOICES: tuple[str, ...] = ("auto", *ENGINE_CHOICES)
@@ -30,6 +31,13 @@ PRECISION_CHOICES: tuple[str, ...] = get_args(Precision)
 BACKEND_CHOICES: tuple[str, ...] = get_args(Backend)
 FACE_SELECTOR_CHOICES: tuple[str, ...] = get_args(FaceSelector)
 BLEND_CHOICES: tuple[str, ...] = get_args(BlendMode)
+CAPTURE_CHOICES: tuple[str, ...] = get_args(CaptureKind)
+RESOLUTION_CHOICES: tuple[tuple[int, int], ...] = ((640, 480), (1280, 720), (1920, 1080))
+"""Camera sizes offered by the app (any size works from the CLI)."""
+
+MODEL_RELOAD_FIELDS = frozenset({"engine", "precision", "backend", "device", "models_dir"})
+"""EngineConfig fields whose change needs the models loaded again; the others are taken by a
+running engine in place (:meth:`livefuse.engine.Engine.apply`)."""
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -119,15 +127,77 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class CaptureConfig:
+    """Where a live session's frames come from.
+
+    Attributes:
+        kind: ``camera``, ``video`` (a file standing in for the camera) or ``test pattern``.
+        camera: camera index (``0``) or device path (``/dev/video2``).
+        video: the video file for ``kind='video'``.
+        loop: loop the video file (the app does; ``livefuse live`` only with ``--loop``).
+        width, height: requested camera size in px (the camera may negotiate another).
+        fps: requested camera rate, and the virtual camera's rate.
+        max_open_attempts: give up after this many failed opens in a row (``None``: keep
+            retrying, as the app does, with a visible status).
+    """
+
+    kind: CaptureKind = "camera"
+    camera: str = "0"
+    video: str | None = None
+    loop: bool = True
+    width: int = 1280
+    height: int = 720
+    fps: float = 30.0
+    max_open_attempts: int | None = None
+
+    def validate(self) -> CaptureConfig:
+        _check_choice("capture kind", self.kind, CAPTURE_CHOICES)
+        if self.width < 16 or self.height < 16:
+            raise ConfigError(f"capture size {self.width}x{self.height} is below 16x16 px")
+        if not 1.0 <= self.fps <= 240.0:
+            raise ConfigError(f"capture fps={self.fps} must be within 1..240")
+        if self.max_open_attempts is not None and self.max_open_attempts < 1:
+            raise ConfigError(f"max_open_attempts={self.max_open_attempts} must be >= 1")
+        return self
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Where a live session's frames go besides the preview.
+
+    Attributes:
+        virtual_camera: send frames to a virtual camera (pyvirtualcam).
+        vcam_device: the virtual camera device (``None``: the first that works).
+        record: also record the output to this file (.mp4, .mkv, .mov), or ``None``.
+        mirror_preview: flip the app's preview horizontally (a selfie view); ``None`` = on for a
+            camera input, off for a video file or the test pattern. Never applied to the
+            virtual camera or the recording.
+    """
+
+    virtual_camera: bool = False
+    vcam_device: str | None = None
+    record: str | None = None
+    mirror_preview: bool | None = None
+
+    def mirrored(self, capture: CaptureConfig) -> bool:
+        """Whether the preview is mirrored for this input."""
+        return capture.kind == "camera" if self.mirror_preview is None else self.mirror_preview
+
+
+@dataclass(frozen=True)
 class AppConfig:
-    """Everything a session needs; what the GUI persists."""
+    """Everything a live session needs, as one frozen value: what the app persists and what
+    ``livefuse live`` builds from its flags (:class:`livefuse.session.Session` takes it)."""
 
     engine: EngineConfig = field(default_factory=EngineConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
 
     def validate(self) -> AppConfig:
         self.engine.validate()
         self.cache.validate()
+        self.capture.validate()
         return self
 
 
@@ -148,16 +218,20 @@ def save_config(cfg: AppConfig, path: Path) -> Path:
     """Write ``cfg`` as TOML, atomically (temp file + rename). ``None`` values are omitted."""
     from livefuse.imaging import atomic_write_bytes
 
-    data = {
-        "engine": {k: v for k, v in dataclasses.asdict(cfg.engine).items() if v is not None},
-        "cache": dataclasses.asdict(cfg.cache),
-    }
+    data = {name: {k: v for k, v in dataclasses.asdict(getattr(cfg, name)).items()
+                   if v is not None}
+            for name in _TABLES}
     atomic_write_bytes(path, tomli_w.dumps(data).encode("utf-8"))
     return path
 
 
+_TABLES = {"engine": EngineConfig, "cache": CacheConfig, "capture": CaptureConfig,
+           "output": OutputConfig}
+
+
 def load_config(path: Path) -> AppConfig:
-    """Read an :class:`AppConfig` from a TOML file with ``[engine]`` and ``[cache]`` tables.
+    """Read an :class:`AppConfig` from a TOML file with ``[engine]``, ``[cache]``, ``[capture]``
+    and ``[output]`` tables (each optional; missing settings take their defaults).
 
     Raises:
         ConfigError: the file is not valid TOML or holds an unknown or out-of-range setting.
@@ -166,8 +240,12 @@ def load_config(path: Path) -> AppConfig:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read settings '{path}': {exc}") from exc
-    cfg = AppConfig(
-        engine=_from_dict(EngineConfig, data.get("engine", {}), f"{path} [engine]"),
-        cache=_from_dict(CacheConfig, data.get("cache", {}), f"{path} [cache]"),
-    )
+    unknown = sorted(set(data) - set(_TABLES))
+    if unknown:
+        raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
+    try:
+        cfg = AppConfig(**{name: _from_dict(cls, data.get(name, {}), f"{path} [{name}]")
+                           for name, cls in _TABLES.items()})
+    except TypeError as exc:  # a table that is not a table, e.g. `engine = 3`
+        raise ConfigError(f"{path}: {exc}") from exc
     return cfg.validate()

@@ -1,10 +1,14 @@
 """LiveRunner: capture thread -> LatestSlot -> inference thread -> sinks (design.md section 3).
 
-The capture thread only reads frames and stamps them (``time.perf_counter_ns``); the inference
-thread runs the Engine and hands each packet to every sink. Between them sits one slot: when the
-engine is slower than the camera, older frames are dropped (and counted), so latency stays
-bounded by about one capture period plus one processing time. Settings arrive as new frozen
-values through :meth:`LiveRunner.apply` and are taken at the next frame boundary.
+The capture thread only reads frames, stamps them (``time.perf_counter_ns``) and, on the GPU
+path, stages them on the device (the upload of frame n+1 overlaps the GPU work on frame n); the
+inference thread runs the Engine and hands each packet to every sink. Between them sits one slot:
+when the engine is slower than the camera, older frames are dropped (and counted), so latency
+stays bounded by about one capture period plus one processing time.
+
+Everything that changes while running (settings, the source face, the set of sinks) is handed
+over through :meth:`LiveRunner.apply` / :meth:`LiveRunner.set_sinks` and taken by the inference
+thread at the next frame boundary; nothing else touches the engine or the sink list.
 """
 
 from __future__ import annotations
@@ -12,34 +16,47 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from livefuse.config import AppConfig
+from livefuse.config import AppConfig, CacheConfig, EngineConfig
 from livefuse.imaging import LoadedImage
 from livefuse.io.sinks import Sink
 from livefuse.io.sources import Capture, Source
 from livefuse.metrics import Metrics
 from livefuse.slot import LatestSlot, SlotClosed
-from livefuse.types import Frame, FramePacket
+from livefuse.types import Face, Frame, FramePacket, StagedFrame
 
 _POLL_S = 0.25  # how often the inference thread wakes without frames (watchdog, stop)
+REBUILD_DELAY_S = 0.3
+"""An engine change that needs the models loaded again is taken once the settings have stayed
+the same this long, so dragging a spin box does not reload the models at every step."""
 
 
 class EngineLike(Protocol):
     """What the runner needs from an engine (:class:`livefuse.engine.Engine` has it)."""
 
-    def set_source(self, image: LoadedImage, face_index: int | None = None) -> Any: ...
-    def process(self, frame: Frame, index: int = 0, t_capture_ns: int | None = None,
-                strict: bool = False) -> FramePacket: ...
+    def set_source(self, image: LoadedImage, face_index: int | None = None,
+                   face: Face | None = None) -> Face: ...
+    def stage(self, frame: Frame) -> StagedFrame: ...
+    def process(self, frame: Frame | StagedFrame, index: int = 0,
+                t_capture_ns: int | None = None, strict: bool = False,
+                in_place: bool = False) -> FramePacket: ...
+    def apply(self, config: EngineConfig) -> bool: ...
+    def set_cache(self, config: CacheConfig) -> None: ...
+    @property
+    def precision_in_use(self) -> str: ...
+    @property
+    def cache(self) -> Any: ...
 
 
 EngineFactory = Callable[[AppConfig], EngineLike]
 
 
 def default_engine_factory(config: AppConfig) -> EngineLike:
-    """The project's Engine for ``config`` (classic; others when their engine is available)."""
+    """The project's Engine for ``config``."""
     from livefuse.engine import Engine
 
     return Engine(config.engine, cache=config.cache)
@@ -48,52 +65,70 @@ def default_engine_factory(config: AppConfig) -> EngineLike:
 @dataclass
 class _Pending:
     config: AppConfig | None = None
+    config_at: float = 0.0
     source_face: LoadedImage | None = None
+    face: Face | None = None
     face_index: int | None = None
+    sinks: list[Sink] | None = None
+
+
+def _release(item: tuple[StagedFrame, int]) -> None:
+    if item[0].release is not None:
+        item[0].release()
 
 
 class LiveRunner:
-    """Runs a live session; ``start``, ``stop`` and ``apply`` are safe from any thread.
+    """Runs a live session; ``start``, ``stop``, ``apply`` and ``set_sinks`` are safe from any
+    thread.
 
     Args:
-        engine: an engine instance, or a factory ``AppConfig -> engine`` (then engine settings
-            can change live: the engine is rebuilt on the inference thread).
+        engine: an engine instance; or ``None`` and a ``factory``.
         source: where frames come from; opened on the capture thread.
         sinks: receive every processed frame (``send(frame, t_capture_ns)``).
         config: the starting settings.
         source_face: the source face photo; set on the engine before the first frame.
-        face_index: which face of that photo (left to right from 0); ``None``: the largest.
+        face_index, face: which face of that photo (see :meth:`livefuse.engine.Engine.set_source`).
         on_status: status lines (``camera lost: ...``, ``virtual camera missing: ...``,
             ``engine error: ...``); called from the runner's threads.
         metrics: where measurements go; a new :class:`Metrics` by default.
+        factory: builds the engine from the settings (``AppConfig -> engine``) on the inference
+            thread, at start and again when a setting needs the models loaded again.
+        max_open_attempts: the capture gives up after this many failed opens (``None``: never).
+
+    Raises:
+        ValueError: neither an engine nor a factory.
     """
 
-    def __init__(self, engine: EngineLike | EngineFactory, source: Source,
+    def __init__(self, engine: EngineLike | None, source: Source,
                  sinks: Sequence[Sink] = (), config: AppConfig | None = None,
                  source_face: LoadedImage | None = None, face_index: int | None = None,
                  on_status: Callable[[str], None] | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, face: Face | None = None,
+                 factory: EngineFactory | None = None,
+                 max_open_attempts: int | None = None) -> None:
+        if engine is None and factory is None:
+            raise ValueError("LiveRunner needs an engine or an engine factory")
         self.config = (config or AppConfig()).validate()
-        if callable(engine) and not hasattr(engine, "process"):
-            self._factory: EngineFactory | None = engine
-            self._engine: EngineLike | None = None
-        else:
-            self._factory = None
-            self._engine = engine  # type: ignore[assignment]
+        self._factory = factory
+        self._engine: EngineLike | None = engine
         self.source = source
-        self.sinks = list(sinks)
+        self._sinks = list(sinks)
         self.metrics = metrics or Metrics()
         self._on_status = on_status or (lambda s: None)
         self._source_face = source_face
         self._face_index = face_index
-        self._pending = _Pending(source_face=source_face, face_index=face_index)
+        self._face = face
+        self.max_open_attempts = max_open_attempts
+        self._pending = _Pending(source_face=source_face, face_index=face_index, face=face)
         self._lock = threading.Lock()  # guards _pending, start/stop
-        self._slot: LatestSlot[tuple[Frame, int]] | None = None
+        self._slot: LatestSlot[tuple[StagedFrame, int]] | None = None
         self._capture: Capture | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._stage: Callable[[Frame], StagedFrame] | None = None
         self._index = 0
-        self.statuses: list[str] = []
+        self._status_lock = threading.Lock()
+        self._statuses: deque[str] = deque(maxlen=100)
         self.errors = 0
         self.frames_out = 0
 
@@ -107,12 +142,29 @@ class LiveRunner:
         return self._engine
 
     @property
+    def sinks(self) -> list[Sink]:
+        """The sinks frames currently go to (a copy; change them with :meth:`set_sinks`)."""
+        return list(self._sinks)
+
+    @property
     def source_ended(self) -> bool:
         return self._capture is not None and self._capture.ended
 
+    @property
+    def capture_failed(self) -> str | None:
+        """Why the capture gave up (``max_open_attempts`` failed opens in a row), or ``None``."""
+        capture = self._capture
+        return capture.failed if capture is not None else None
+
+    @property
+    def statuses(self) -> list[str]:
+        """The last 100 status lines, oldest first (a copy)."""
+        with self._status_lock:
+            return list(self._statuses)
+
     def status(self, line: str) -> None:
-        self.statuses.append(line)
-        del self.statuses[:-100]
+        with self._status_lock:
+            self._statuses.append(line)
         with contextlib.suppress(Exception):  # a broken UI callback must not stop frames
             self._on_status(line)
 
@@ -122,18 +174,38 @@ class LiveRunner:
             if self.running:
                 return
             self._stop.clear()
-            slot: LatestSlot[tuple[Frame, int]] = LatestSlot()
+            slot: LatestSlot[tuple[StagedFrame, int]] = LatestSlot(on_drop=_release)
             self._slot = slot
-
-            def on_frame(frame: Frame, t_ns: int) -> None:
-                self.metrics.frame_in()
-                slot.put((frame, t_ns))
-
-            self._capture = Capture(self.source, on_frame, self.status)
+            self._capture = self._new_capture(self.source, self.max_open_attempts)
             self._thread = threading.Thread(target=self._run, name="livefuse-inference",
                                             daemon=True)
             self._capture.start()
             self._thread.start()
+
+    def _on_frame(self, frame: Frame, t_ns: int) -> None:
+        """The capture thread's callback: stamp, stage (GPU path), hand over."""
+        slot = self._slot
+        if slot is None:
+            return
+        self.metrics.frame_in(t_ns)
+        stage = self._stage
+        slot.put((stage(frame) if stage is not None else StagedFrame(host=frame), t_ns))
+
+    def _new_capture(self, source: Source, max_open_attempts: int | None) -> Capture:
+        return Capture(source, self._on_frame, self.status, max_open_attempts=max_open_attempts)
+
+    def replace_source(self, source: Source, max_open_attempts: int | None = None,
+                       timeout: float = 1.0) -> None:
+        """Switch to another frame source while the engine keeps running: the old capture
+        thread is stopped (up to ``timeout`` s), the new one started."""
+        with self._lock:
+            old = self._capture
+            self.source, self.max_open_attempts = source, max_open_attempts
+            if old is None or self._stop.is_set():
+                return
+            old.stop(timeout)
+            self._capture = self._new_capture(source, max_open_attempts)
+            self._capture.start()
 
     def stop(self, timeout: float = 1.0) -> bool:
         """Stop both threads, waiting at most ``timeout`` s in total.
@@ -156,10 +228,10 @@ class LiveRunner:
                 cap_ok = self._capture.stop(max(0.0, deadline - time.monotonic()))
             return cap_ok and (t is None or not t.is_alive())
 
-    def apply(self, config: AppConfig | None = None,
-              source_face: LoadedImage | None = None, face_index: int | None = None) -> None:
-        """Hand over new settings and/or a new source face (and which of its faces, left to
-        right; ``None``: the largest); taken at the next frame boundary.
+    def apply(self, config: AppConfig | None = None, source_face: LoadedImage | None = None,
+              face_index: int | None = None, face: Face | None = None) -> None:
+        """Hand over new settings and/or a new source face (and which of its faces: an index
+        left to right, or the face itself); taken at the next frame boundary.
 
         Raises:
             ConfigError: ``config`` is invalid (checked here, on the caller's thread).
@@ -169,36 +241,86 @@ class LiveRunner:
         with self._lock:
             if config is not None:
                 self._pending.config = config
+                self._pending.config_at = time.monotonic()
             if source_face is not None:
                 self._pending.source_face = source_face
                 self._pending.face_index = face_index
+                self._pending.face = face
+
+    def set_sinks(self, sinks: Sequence[Sink]) -> None:
+        """Send frames to ``sinks`` from the next frame boundary on. Sinks left out are not
+        closed here: the caller owns them (it may close them after this call returns: the
+        inference thread never sends to a sink it has let go of, see :meth:`sinks_taken`)."""
+        with self._lock:
+            self._pending.sinks = list(sinks)
+        if not self.running:
+            self._take_sinks()
+
+    def sinks_taken(self, timeout: float = 1.0) -> bool:
+        """Wait until a :meth:`set_sinks` call has been taken by the inference thread."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self._lock:
+                if self._pending.sinks is None:
+                    return True
+            if not self.running:
+                self._take_sinks()
+            time.sleep(0.005)
+        return False
 
     # -- the inference thread -------------------------------------------------------------------
-    def _take_pending(self) -> None:
+    def _take_sinks(self) -> None:
         with self._lock:
-            pending, self._pending = self._pending, _Pending()
-        cfg = pending.config
-        face = pending.source_face
-        if face is not None:
-            self._source_face, self._face_index = face, pending.face_index
+            sinks, self._pending.sinks = self._pending.sinks, None
+        if sinks is not None:
+            self._sinks = sinks
+
+    def _take_pending(self) -> None:
+        self._take_sinks()
+        with self._lock:
+            pending = self._pending
+            cfg = pending.config
+            wait = cfg is not None and self._engine is not None and \
+                self._needs_rebuild(cfg) and \
+                time.monotonic() - pending.config_at < REBUILD_DELAY_S
+            keep_cfg = cfg if wait else None
+            self._pending = _Pending(config=keep_cfg, config_at=pending.config_at)
+            if wait:
+                cfg = None
+        image = pending.source_face
+        if image is not None:
+            self._source_face, self._face_index, self._face = image, pending.face_index, \
+                pending.face
         rebuild = self._engine is None
         if cfg is not None:
             old, self.config = self.config, cfg
-            if cfg.engine != old.engine:
+            if cfg.cache != old.cache and self._engine is not None:
+                self._engine.set_cache(cfg.cache)
+            if cfg.engine != old.engine and self._engine is not None and \
+                    not self._engine.apply(cfg.engine):
                 rebuild = True
-            elif cfg.cache != old.cache and hasattr(self._engine, "set_cache"):
-                self._engine.set_cache(cfg.cache)  # type: ignore[union-attr]
         if rebuild and self._factory is not None:
+            self._stage = None
+            self._engine = None  # the old engine's models are freed before the new load
             self._engine = self._factory(self.config)
-            face = self._source_face
+            self._stage = self._engine.stage
+            image = self._source_face
         elif rebuild and cfg is not None and self._engine is not None:
             self.status("engine settings ignored: this runner was given a fixed engine")
-        if face is not None and self._engine is not None:
-            self._engine.set_source(face, self._face_index)
+        if self._engine is not None and self._stage is None:
+            self._stage = self._engine.stage
+        if image is not None and self._engine is not None:
+            self._engine.set_source(image, self._face_index, self._face)
+
+    def _needs_rebuild(self, cfg: AppConfig) -> bool:
+        from livefuse.config import MODEL_RELOAD_FIELDS
+
+        return any(getattr(cfg.engine, f) != getattr(self.config.engine, f)
+                   for f in MODEL_RELOAD_FIELDS)
 
     def _run(self) -> None:
-        slot, capture = self._slot, self._capture
-        assert slot is not None and capture is not None
+        slot = self._slot
+        assert slot is not None
         try:
             self._take_pending()
         except Exception as exc:
@@ -209,28 +331,34 @@ class LiveRunner:
                 item = slot.get(timeout=_POLL_S)
             except SlotClosed:
                 return
-            capture.watch()
+            capture = self._capture
+            if capture is not None:
+                capture.watch()
             self.metrics.set_dropped("capture->engine", slot.dropped)
             if item is None:
+                with contextlib.suppress(Exception):
+                    self._take_pending()  # a debounced rebuild or new sinks with no frames
                 continue
-            frame, t_cap = item
+            staged, t_cap = item
             try:
                 self._take_pending()
                 if self._engine is None:
+                    _release(item)
                     continue
-                packet = self._engine.process(frame, self._index, t_cap)
+                packet = self._engine.process(staged, self._index, t_cap, in_place=True)
             except Exception as exc:
+                _release(item)
                 self.errors += 1
                 self.status(f"engine error: {exc}")
                 continue
             finally:
                 self._index += 1
-            self.metrics.frame_processed(packet.timings_ms)
-            stats = getattr(getattr(self._engine, "cache", None), "stats", None)
-            if stats is not None:
-                self.metrics.set_cache(stats.hits, stats.misses, stats.forced_refreshes)
-            out = packet.output if packet.output is not None else frame
-            for sink in self.sinks:
+            self.metrics.frame_processed(packet.timings_ms, t_cap)
+            stats = self._engine.cache.stats
+            self.metrics.set_cache(stats.hits, stats.misses, stats.forced_refreshes)
+            out = packet.output if packet.output is not None else staged.host
+            timed = False
+            for sink in self._sinks:
                 if self._stop.is_set():
                     return
                 try:
@@ -238,9 +366,12 @@ class LiveRunner:
                 except Exception as exc:
                     self.errors += 1
                     self.status(f"sink {sink.name} failed: {exc}")
+                timed = timed or sink.reports_sent
                 self.metrics.set_dropped(f"->{sink.name}", sink.dropped)
             self.frames_out += 1
-            self.metrics.frame_out(t_cap)
+            if not timed:  # else the sink reports the real send time (Metrics.frame_out)
+                self.metrics.frame_out(t_cap)
 
 
-__all__ = ["EngineFactory", "EngineLike", "LiveRunner", "default_engine_factory"]
+__all__ = ["REBUILD_DELAY_S", "EngineFactory", "EngineLike", "LiveRunner",
+           "default_engine_factory"]

@@ -1,10 +1,10 @@
 """``livefuse live``: a headless live session (camera or video file in; virtual camera and/or
-recording out) printing a metrics line every second until Ctrl-C or ``--duration``."""
+recording out) printing a metrics line every second until Ctrl-C or ``--duration``. It drives the
+same :class:`~livefuse.session.Session` as the desktop app."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import signal
 import sys
@@ -14,31 +14,39 @@ from pathlib import Path
 from typing import Any
 
 from livefuse.cli_args import add_engine_args, engine_config
-from livefuse.config import AppConfig, CacheConfig
+from livefuse.config import AppConfig, CacheConfig, CaptureConfig, OutputConfig
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import load_image
-from livefuse.io.sinks import RecorderSink, Sink, VirtualCameraSink
-from livefuse.io.sources import CameraSource, Source, VideoFileSource
-from livefuse.live import LiveRunner, default_engine_factory
 from livefuse.metrics import Metrics, start_prometheus
+from livefuse.session import Session
+
+OPEN_ATTEMPTS = 5
+"""``livefuse live`` gives up on a camera after this many failed opens in a row (about 12 s
+with the capture's back-off); the app keeps retrying instead."""
 
 
 def add_parser(sub: Any) -> None:
     """Register the ``live`` subcommand on an ``argparse`` subparsers object."""
-    p = sub.add_parser("live", help="live face swap from a camera or video to a virtual camera")
+    p = sub.add_parser(
+        "live", help="live face swap from a camera or video to a virtual camera",
+        description="Headless live session: camera (or a video file) in; virtual camera "
+                    "and/or a recording out. Prints a metrics line every second; Ctrl-C stops.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--source", "-s", required=True, type=Path,
                    help="photo of the source face")
     inp = p.add_mutually_exclusive_group()
-    inp.add_argument("--camera", default="0", help="camera index or device path (default 0)")
+    inp.add_argument("--camera", default="0", help="camera index or device path")
     inp.add_argument("--video", type=Path, help="a video file standing in for the camera")
     p.add_argument("--loop", action="store_true", help="loop --video")
     p.add_argument("--width", type=int, default=1280, help="requested camera width (px)")
     p.add_argument("--height", type=int, default=720, help="requested camera height (px)")
     p.add_argument("--fps", type=float, default=30.0, help="requested camera / output fps")
+    p.add_argument("--open-attempts", type=int, default=OPEN_ATTEMPTS,
+                   help="give up after this many failed camera opens in a row")
     p.add_argument("--virtual-cam", action="store_true", help="send frames to a virtual camera")
     p.add_argument("--record", type=Path, help="also record the output (.mp4, .mkv, .mov)")
     p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
-                   help="pose-similarity cache (default on)")
+                   help="pose-similarity cache")
     p.add_argument("--cache-refresh", type=int, default=CacheConfig.refresh_every_n,
                    help="force a fresh swap after N reused frames")
     p.add_argument("--cache-threshold", type=float, default=CacheConfig.threshold,
@@ -49,27 +57,40 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run_live)
 
 
-def _source(args: argparse.Namespace) -> Source:
-    if args.video is not None:
-        return VideoFileSource(args.video, loop=args.loop)
-    dev: int | str = int(args.camera) if str(args.camera).isdigit() else args.camera
-    return CameraSource(dev, args.width, args.height, args.fps)
+def app_config(args: argparse.Namespace) -> AppConfig:
+    """The session's settings from ``livefuse live``'s flags.
+
+    Raises:
+        ConfigError: a value is out of range.
+    """
+    capture = CaptureConfig(
+        kind="video" if args.video is not None else "camera", camera=str(args.camera),
+        video=None if args.video is None else str(args.video), loop=args.loop,
+        width=args.width, height=args.height, fps=args.fps,
+        max_open_attempts=args.open_attempts)
+    return AppConfig(
+        engine=engine_config(args),
+        cache=CacheConfig(enabled=args.cache, threshold=args.cache_threshold,
+                          refresh_every_n=args.cache_refresh),
+        capture=capture,
+        output=OutputConfig(virtual_camera=args.virtual_cam,
+                            record=None if args.record is None else str(args.record)),
+    ).validate()
 
 
 def run_live(args: argparse.Namespace) -> int:
-    """Run until Ctrl-C, ``--duration`` or the end of ``--video``; returns the exit code.
+    """Run until Ctrl-C / SIGTERM, ``--duration``, the end of ``--video`` or a camera that cannot
+    be opened; returns the exit code (1 when no frame was processed or the camera gave up).
 
     Raises:
-        LivefuseError: unreadable source photo or bad settings (the CLI prints it, exit 2).
+        LivefuseError: unreadable source photo, no usable face, a missing model or bad
+            settings (the CLI prints it, exit 2).
     """
-    config = AppConfig(
-        engine=engine_config(args),
-        cache=CacheConfig(enabled=args.cache, threshold=args.cache_threshold,
-                          refresh_every_n=args.cache_refresh)).validate()
-    face = load_image(args.source)
     if args.video is not None and not args.video.is_file():
         raise VideoError(args.video, "file not found" if not args.video.exists() else
                          "is not a file")
+    config = app_config(args)
+    face = load_image(args.source)
     if args.virtual_cam and importlib.util.find_spec("pyvirtualcam") is None:
         raise LivefuseError("--virtual-cam needs pyvirtualcam: pip install 'livefuse[vcam]'")
     if not args.virtual_cam and args.record is None:
@@ -81,54 +102,53 @@ def run_live(args: argparse.Namespace) -> int:
         # OpenCV prints a block of probe warnings on every reopen attempt; the runner's
         # "[status] camera ..." line says the same once per attempt.
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
-    engine = default_engine_factory(config)
-    engine.set_source(face)  # a photo without a face fails here, before anything opens
 
     def say(line: str) -> None:
         print(f"[status] {line}", file=sys.stderr, flush=True)
 
     metrics = Metrics()
-    sinks: list[Sink] = []
-    if args.virtual_cam:
-        sinks.append(VirtualCameraSink(args.width, args.height, args.fps, on_status=say))
-    if args.record is not None:
-        sinks.append(RecorderSink(args.record, fps=args.fps))
+    session = Session(config, on_status=say, metrics=metrics)
+    session.set_source_face(face)
+    session.prepare()  # a photo without a face or a bad model fails here, before any device
     server = None
     if args.metrics_port is not None:
         try:
             server = start_prometheus(metrics, args.metrics_port)
         except (RuntimeError, OSError) as exc:
             raise LivefuseError(f"--metrics-port {args.metrics_port}: {exc}") from exc
-    runner = LiveRunner(engine, _source(args), sinks, config, on_status=say, metrics=metrics)
     stop = threading.Event()
-    old = signal.getsignal(signal.SIGINT)
     in_main = threading.current_thread() is threading.main_thread()
+    old = {}
     if in_main:
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
-    runner.start()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.getsignal(sig)
+            signal.signal(sig, lambda *_: stop.set())
     t_end = None if args.duration is None else time.monotonic() + args.duration
     try:
+        session.start()
         while not stop.wait(1.0):
             print(metrics.snapshot().line(), flush=True)
-            if runner.source_ended or (t_end is not None and time.monotonic() >= t_end):
+            if session.source_ended or session.capture_failed or \
+                    (t_end is not None and time.monotonic() >= t_end):
                 break
     finally:
-        runner.stop(1.0)
-        for s in sinks:
-            with contextlib.suppress(Exception):
-                s.close()
+        session.stop(2.0)
         if server is not None:
             server.shutdown()
-        if in_main:
-            signal.signal(signal.SIGINT, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     processed = metrics.snapshot(memory=False).frames_processed
     print(f"frames processed: {processed}", flush=True)
+    where = f"video '{args.video}'" if args.video is not None else f"camera {args.camera}"
+    if session.capture_failed:
+        print(f"livefuse: error: {where} could not be opened: {session.capture_failed} "
+              "(`livefuse doctor` lists cameras)", file=sys.stderr)
+        return 1
     if processed == 0:
-        where = f"video '{args.video}'" if args.video is not None else f"camera {args.camera}"
         print(f"livefuse: error: no frame was processed: {where} delivered none "
               "(see the [status] lines; `livefuse doctor` lists cameras)", file=sys.stderr)
         return 1
     return 0
 
 
-__all__ = ["add_parser", "run_live"]
+__all__ = ["add_parser", "app_config", "run_live"]

@@ -14,35 +14,37 @@ from typing import Any
 
 import numpy as np
 
-_EMA_ALPHA = 0.1  # weight of the newest interval: ~10-frame memory
+RATE_WINDOW_S = 2.0
+"""Frame rates count the frames captured in the last this many seconds."""
 
 
-class RateEMA:
-    """Events per second, smoothed by an exponential moving average of the intervals."""
+class WindowRate:
+    """Events per second over a sliding window, keyed on each frame's *capture* time.
 
-    def __init__(self, alpha: float = _EMA_ALPHA) -> None:
-        self.alpha = alpha
-        self._last_ns: int | None = None
-        self._interval_s: float | None = None
+    Input, processed and output rates all count capture timestamps in the same window, so a
+    frame counts as output only if it was captured in the window too: output fps can never
+    exceed input fps (an EMA of output intervals could, after a burst).
+    """
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self.window_ns = int(window_s * 1e9)
+        self._ts: deque[int] = deque()
         self.count = 0
 
-    def tick(self, now_ns: int | None = None) -> None:
-        now = time.perf_counter_ns() if now_ns is None else now_ns
-        if self._last_ns is not None:
-            dt = (now - self._last_ns) / 1e9
-            self._interval_s = dt if self._interval_s is None else (
-                self.alpha * dt + (1 - self.alpha) * self._interval_s)
-        self._last_ns = now
+    def tick(self, t_ns: int) -> None:
+        self._ts.append(t_ns)
         self.count += 1
 
-    def rate(self, now_ns: int | None = None) -> float:
-        """Events per second; 0 when fewer than two events or none for 2 s (a stall)."""
-        if self._interval_s is None or self._last_ns is None or self._interval_s <= 0:
+    def rate(self, now_ns: int, start_ns: int) -> float:
+        """Frames per second in ``(now - window, now]``; the window is shortened to
+        ``now - start_ns`` during the first seconds of a session."""
+        lo = now_ns - self.window_ns
+        while self._ts and self._ts[0] <= lo:
+            self._ts.popleft()
+        span = min(self.window_ns, now_ns - start_ns)
+        if span <= 0:
             return 0.0
-        now = time.perf_counter_ns() if now_ns is None else now_ns
-        if (now - self._last_ns) / 1e9 > max(2.0, 4 * self._interval_s):
-            return 0.0
-        return 1.0 / self._interval_s
+        return sum(1 for t in self._ts if t <= now_ns) * 1e9 / span
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,11 @@ class MetricsSnapshot:
     """One reading of every live measurement.
 
     Attributes:
-        input_fps, processed_fps, output_fps: frames/s captured, through the engine, sent to
-            the sinks (EMA).
+        input_fps, processed_fps, output_fps: frames/s captured, through the engine, sent (over
+            :data:`RATE_WINDOW_S`, by capture time: output <= processed <= input).
         stage_ms: mean ms per engine stage (``detect``, ``track``, ``swap``, ...) over the window.
-        latency_p50_ms, latency_p95_ms: sink send time minus capture time, over the window.
+        latency_p50_ms, latency_p95_ms: send time minus capture time, over the window: the
+            virtual camera's send when one is open, else the hand-off to the sinks.
         frames_in, frames_processed, frames_out: counts since start.
         dropped: frames dropped at each hand-off (``capture->engine``, ``engine->sinks``, per sink).
         cache_hits, cache_misses, cache_forced_refreshes: pose-similarity cache counters.
@@ -147,9 +150,10 @@ class Metrics:
 
     def __init__(self, window: int = 120) -> None:
         self._lock = threading.Lock()
-        self._input = RateEMA()
-        self._processed = RateEMA()
-        self._output = RateEMA()
+        self._input = WindowRate()
+        self._processed = WindowRate()
+        self._output = WindowRate()
+        self._start_ns: int | None = None
         self._latency_ms: deque[float] = deque(maxlen=window)
         self._stages: dict[str, deque[float]] = {}
         self._window = window
@@ -157,21 +161,31 @@ class Metrics:
         self._cache = (0, 0, 0)
         self._nvml = _Nvml()
 
-    def frame_in(self) -> None:
-        with self._lock:
-            self._input.tick()
+    def _now(self, t_ns: int | None) -> int:
+        t = time.perf_counter_ns() if t_ns is None else t_ns
+        if self._start_ns is None:
+            self._start_ns = t
+        return t
 
-    def frame_processed(self, timings_ms: dict[str, float]) -> None:
+    def frame_in(self, t_capture_ns: int | None = None) -> None:
+        """A frame was captured (capture thread)."""
         with self._lock:
-            self._processed.tick()
+            self._input.tick(self._now(t_capture_ns))
+
+    def frame_processed(self, timings_ms: dict[str, float],
+                        t_capture_ns: int | None = None) -> None:
+        """The engine finished a frame (inference thread); ``timings_ms`` per stage."""
+        with self._lock:
+            self._processed.tick(self._now(t_capture_ns))
             for k, v in timings_ms.items():
                 self._stages.setdefault(k, deque(maxlen=self._window)).append(v)
 
     def frame_out(self, t_capture_ns: int, t_sent_ns: int | None = None) -> None:
-        """A frame reached a sink; latency = send time - capture time."""
+        """A frame was sent (the virtual camera's thread, or the inference thread at the
+        hand-off); latency = send time - capture time."""
         now = time.perf_counter_ns() if t_sent_ns is None else t_sent_ns
         with self._lock:
-            self._output.tick(now)
+            self._output.tick(self._now(t_capture_ns))
             self._latency_ms.append((now - t_capture_ns) / 1e6)
 
     def set_dropped(self, where: str, count: int) -> None:
@@ -182,14 +196,17 @@ class Metrics:
         with self._lock:
             self._cache = (hits, misses, forced_refreshes)
 
-    def snapshot(self, memory: bool = True) -> MetricsSnapshot:
+    def snapshot(self, memory: bool = True, now_ns: int | None = None) -> MetricsSnapshot:
         """A frozen reading; ``memory=False`` skips the RSS/VRAM queries (cheaper)."""
+        now = time.perf_counter_ns() if now_ns is None else now_ns
         with self._lock:
+            start = self._start_ns if self._start_ns is not None else now
             lat = np.array(self._latency_ms) if self._latency_ms else None
             stages = {k: float(np.mean(v)) for k, v in self._stages.items() if v}
             snap = dict(
-                input_fps=self._input.rate(), processed_fps=self._processed.rate(),
-                output_fps=self._output.rate(), stage_ms=stages,
+                input_fps=self._input.rate(now, start),
+                processed_fps=self._processed.rate(now, start),
+                output_fps=self._output.rate(now, start), stage_ms=stages,
                 latency_p50_ms=None if lat is None else float(np.percentile(lat, 50)),
                 latency_p95_ms=None if lat is None else float(np.percentile(lat, 95)),
                 frames_in=self._input.count, frames_processed=self._processed.count,
@@ -259,4 +276,4 @@ def start_prometheus(metrics: Metrics, port: int, addr: str = "127.0.0.1") -> An
     return server
 
 
-__all__ = ["Metrics", "MetricsSnapshot", "RateEMA", "start_prometheus"]
+__all__ = ["RATE_WINDOW_S", "Metrics", "MetricsSnapshot", "WindowRate", "start_prometheus"]

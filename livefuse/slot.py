@@ -8,6 +8,7 @@ latency.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -20,12 +21,17 @@ class SlotClosed(Exception):
 class LatestSlot(Generic[T]):
     """Holds at most one item; thread-safe.
 
+    Args:
+        on_drop: called (on the putting thread, outside the lock) with an item that is replaced
+            before anyone took it, or discarded by :meth:`close` (e.g. to free its buffer).
+
     Attributes:
         dropped: items replaced before anyone took them.
         put_count: items put in total.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_drop: Callable[[T], None] | None = None) -> None:
+        self._on_drop = on_drop
         self._cond = threading.Condition()
         self._item: T | None = None
         self._full = False
@@ -38,14 +44,19 @@ class LatestSlot(Generic[T]):
 
         Ignored after :meth:`close`.
         """
+        dropped: T | None = None
         with self._cond:
             if self._closed:
-                return
-            if self._full:
-                self.dropped += 1
-            self._item, self._full = item, True
-            self.put_count += 1
-            self._cond.notify()
+                dropped = item
+            else:
+                if self._full:
+                    self.dropped += 1
+                    dropped = self._item
+                self._item, self._full = item, True
+                self.put_count += 1
+                self._cond.notify()
+        if dropped is not None and self._on_drop is not None:
+            self._on_drop(dropped)
 
     def get(self, timeout: float | None = None) -> T | None:
         """Take the item, waiting up to ``timeout`` s (forever when ``None``).
@@ -68,8 +79,11 @@ class LatestSlot(Generic[T]):
         """Wake every waiting ``get`` with :class:`SlotClosed`; later ``put`` calls are ignored."""
         with self._cond:
             self._closed = True
+            dropped = self._item if self._full else None
             self._item, self._full = None, False
             self._cond.notify_all()
+        if dropped is not None and self._on_drop is not None:
+            self._on_drop(dropped)
 
     @property
     def closed(self) -> bool:

@@ -7,15 +7,39 @@ import urllib.request
 
 import pytest
 
-from livefuse.metrics import Metrics, RateEMA, start_prometheus
+from livefuse.metrics import Metrics, WindowRate, start_prometheus
 
 
-def test_rate_ema_converges_and_stalls_to_zero() -> None:
-    r = RateEMA()
-    for i in range(50):
-        r.tick(i * 40_000_000)  # 25 fps
-    assert r.rate(49 * 40_000_000) == pytest.approx(25.0, rel=1e-6)
-    assert r.rate(49 * 40_000_000 + 3_000_000_000) == 0.0
+def test_window_rate_counts_the_window_and_stalls_to_zero() -> None:
+    r = WindowRate(window_s=2.0)
+    for i in range(100):
+        r.tick(i * 40_000_000)  # 25 fps for 4 s
+    now = 99 * 40_000_000
+    assert r.rate(now, start_ns=0) == pytest.approx(25.0, abs=0.5)
+    # one second in: the window is the second so far
+    early = WindowRate(window_s=2.0)
+    for i in range(26):
+        early.tick(i * 40_000_000)
+    assert early.rate(1_000_000_000, start_ns=0) == pytest.approx(26.0)
+    assert r.rate(now + 3_000_000_000, start_ns=0) == 0.0
+
+
+def test_output_fps_never_exceeds_input_fps_after_a_burst() -> None:
+    """A stalled engine that catches up sends frames in a burst; an EMA of send intervals read
+    that as a rate far above the camera's (the new-user trial saw output > input)."""
+    m = Metrics()
+    t0 = 1_000_000_000
+    period = 33_333_333
+    for i in range(120):  # 30 fps capture for 4 s
+        m.frame_in(t0 + i * period)
+    for i in range(0, 120, 4):  # the engine took every 4th frame...
+        m.frame_processed({}, t0 + i * period)
+    for i in range(0, 120, 4):  # ...and sent them all at once at the end
+        m.frame_out(t0 + i * period, t0 + 119 * period + i * 1000)
+    s = m.snapshot(memory=False, now_ns=t0 + 119 * period + 200_000)
+    assert s.input_fps == pytest.approx(30.0, abs=1.0)
+    assert s.output_fps <= s.input_fps
+    assert s.output_fps == pytest.approx(7.5, abs=1.0)
 
 
 def test_snapshot_latency_and_counts() -> None:

@@ -45,10 +45,18 @@ def letterbox(frame: Frame, width: int, height: int) -> Frame:
 
 
 class Sink:
-    """Base class: a context manager whose ``__exit__`` calls :meth:`close`."""
+    """Base class: a context manager whose ``__exit__`` calls :meth:`close`.
+
+    Attributes:
+        name: shown in metrics and status lines.
+        dropped: frames this sink really dropped (replaced before it could send them).
+        reports_sent: ``True`` while the sink reports each frame's real send time itself (the
+            virtual camera's ``on_sent``); the runner then leaves the latency to it.
+    """
 
     name = "sink"
     dropped = 0
+    reports_sent = False
 
     def send(self, frame: Frame, t_capture_ns: int) -> None:
         raise NotImplementedError
@@ -101,6 +109,7 @@ class VirtualCameraSink(Sink):
         self._enabled = threading.Event()
         self._enabled.set()
         self._stop = threading.Event()
+        self._device_open = threading.Event()
         self.frames_sent = 0
         self.device_name: str | None = None
         self._thread = threading.Thread(target=self._run, name="livefuse-vcam", daemon=True)
@@ -109,6 +118,10 @@ class VirtualCameraSink(Sink):
     @property
     def dropped(self) -> int:  # type: ignore[override]
         return self._slot.dropped
+
+    @property
+    def reports_sent(self) -> bool:  # type: ignore[override]
+        return self.on_sent is not None and self._device_open.is_set()
 
     def send(self, frame: Frame, t_capture_ns: int) -> None:
         if self._enabled.is_set():
@@ -140,12 +153,14 @@ class VirtualCameraSink(Sink):
                 continue
             self.device_name = str(cam.device)
             self.on_status(f"virtual camera on: {self.device_name} {self.width}x{self.height}")
+            self._device_open.set()
             try:
                 self._serve(cam)
             except Exception as exc:
                 self.on_status(f"virtual camera failed: {exc}")
                 self._stop.wait(self.retry_s)
             finally:
+                self._device_open.clear()
                 cam.close()
                 self.on_status("virtual camera off")
 

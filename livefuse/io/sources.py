@@ -273,9 +273,12 @@ class Capture:
 
     def __init__(self, source: Source, on_frame: Callable[[Frame, int], None],
                  on_status: Callable[[str], None] = lambda s: None,
-                 lost_after_s: float = LOST_AFTER_S) -> None:
+                 lost_after_s: float = LOST_AFTER_S,
+                 max_open_attempts: int | None = None) -> None:
         self.source, self.on_frame, self.on_status = source, on_frame, on_status
         self.lost_after_s = lost_after_s
+        self.max_open_attempts = max_open_attempts
+        self.failed: str | None = None
         self.info: SourceInfo | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -337,6 +340,10 @@ class Capture:
             except Exception as exc:  # a driver can raise anything; report it and retry
                 self.on_status(f"source failed: {exc}")
                 self._report_lost("cannot open")
+                if self.max_open_attempts is not None and attempt + 1 >= self.max_open_attempts:
+                    self.failed = f"{exc} (gave up after {attempt + 1} attempts)"
+                    self.on_status(f"source gave up: {self.failed}")
+                    return False
                 if self._sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]):
                     return False
                 continue

@@ -10,14 +10,17 @@ from livefuse.config import (
     BLEND_CHOICES,
     FACE_SELECTOR_CHOICES,
     PRECISION_CHOICES,
+    ROTATION_CHOICES,
     RUN_ENGINE_CHOICES,
     EngineConfig,
     FaceSelector,
+    Rotation,
 )
 
 
 def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = None,
-                    face_selector: FaceSelector | None = None) -> None:
+                    face_selector: FaceSelector | None = None,
+                    rotation: Rotation | None = None) -> None:
     """Add ``--engine --precision --backend --device --models-dir --face-selector
     --target-face-index --detect-every --blend --no-keep-mouth``; defaults from EngineConfig
     unless given here."""
@@ -47,6 +50,12 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
                         "clone, washes identity out) (default: %(default)s)")
     p.add_argument("--no-keep-mouth", dest="keep_mouth", action="store_false",
                    help="do not keep the target's inner mouth")
+    p.add_argument("--rotation", choices=ROTATION_CHOICES, default=rotation or d.rotation,
+                   help="faces on their side or upside down: auto = try the frame turned by "
+                        "90/180/270 degrees when no upright face is found; always = at every "
+                        "detection (4x detector cost) (default: %(default)s)")
+    p.add_argument("--no-smooth", dest="smooth", action="store_false",
+                   help="do not steady landmarks between frames (One-Euro filter)")
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -69,4 +78,5 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         face_selector=args.face_selector,
                         target_face_index=args.target_face_index,
                         detect_every=args.detect_every, blend=args.blend,
-                        keep_mouth=args.keep_mouth).validate()
+                        keep_mouth=args.keep_mouth, rotation=args.rotation,
+                        smooth=args.smooth).validate()

@@ -23,6 +23,7 @@ Backend = Literal["torch", "onnxruntime"]
 FaceSelector = Literal["one", "many", "reference"]
 BlendMode = Literal["feather", "seamless"]
 CaptureKind = Literal["camera", "video", "test pattern"]
+Rotation = Literal["off", "auto", "always"]
 
 ENGINE_CHOICES: tuple[str, ...] = get_args(EngineName)
 RUN_ENGINE_CHOICES: tuple[str, ...] = ("auto", *ENGINE_CHOICES)
@@ -32,6 +33,7 @@ BACKEND_CHOICES: tuple[str, ...] = get_args(Backend)
 FACE_SELECTOR_CHOICES: tuple[str, ...] = get_args(FaceSelector)
 BLEND_CHOICES: tuple[str, ...] = get_args(BlendMode)
 CAPTURE_CHOICES: tuple[str, ...] = get_args(CaptureKind)
+ROTATION_CHOICES: tuple[str, ...] = get_args(Rotation)
 RESOLUTION_CHOICES: tuple[tuple[int, int], ...] = ((640, 480), (1280, 720), (1920, 1080))
 """Camera sizes offered by the app (any size works from the CLI)."""
 
@@ -66,6 +68,11 @@ class EngineConfig:
         device: neural engine: ``auto`` (CUDA when torch sees one), ``cpu``, ``cuda``, ``cuda:N``.
         models_dir: neural engine: model folder; ``None`` = ``$LIVEFUSE_MODELS_DIR`` or the user
             data dir.
+        rotation: faces on their side or upside down (see
+            :data:`livefuse.faces.rotation.RotationMode`): ``auto`` tries the frame turned by
+            90/180/270° when no face is upright (a detection costs up to 4x on frames without a
+            face, so live sessions default to ``off``), ``always`` at every detection.
+        smooth: steady landmarks: a One-Euro filter per tracked face (video and live only).
     """
 
     engine: EngineName = "classic"
@@ -80,6 +87,8 @@ class EngineConfig:
     mouth_from_target: float = 0.5
     device: str = "auto"
     models_dir: str | None = None
+    rotation: Rotation = "auto"
+    smooth: bool = True
 
     def validate(self) -> EngineConfig:
         """Return ``self`` or raise :class:`ConfigError` naming the bad field."""
@@ -88,6 +97,7 @@ class EngineConfig:
         _check_choice("backend", self.backend, BACKEND_CHOICES)
         _check_choice("face_selector", self.face_selector, FACE_SELECTOR_CHOICES)
         _check_choice("blend", self.blend, BLEND_CHOICES)
+        _check_choice("rotation", self.rotation, ROTATION_CHOICES)
         if self.detect_every < 1:
             raise ConfigError(f"detect_every={self.detect_every} must be >= 1")
         if self.target_face_index is not None and self.target_face_index < 0:

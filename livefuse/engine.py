@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from livefuse.cache import PoseCache, pose_key
 from livefuse.config import MODEL_RELOAD_FIELDS, CacheConfig, EngineConfig
 from livefuse.errors import FaceIndexError, NoFaceError
 from livefuse.faces.analyser import Analyser
+from livefuse.faces.rotation import detect_rotated
 from livefuse.faces.selection import detect_robust, pick_source_face, select_targets
+from livefuse.faces.smoothing import FaceSmoother
 from livefuse.faces.tracking import FaceTracker, iou
 from livefuse.imaging import LoadedImage
 from livefuse.swap.paste import Roi, paste_all, rewarp
@@ -91,6 +94,7 @@ class Engine:
         self.source_face: Face | None = None
         self._reference: FloatArray | None = None
         self.tracker = FaceTracker(config.detect_every)
+        self.smoother = FaceSmoother()
         self.cache = PoseCache(cache or CacheConfig(enabled=False))
         self.sync_timings = sync_timings
         self.stager: Any = None
@@ -113,7 +117,8 @@ class Engine:
             NoFaceError: no face found even after the upscale/pad retry, or none at ``face``.
             FaceIndexError: ``face_index`` is outside the faces found.
         """
-        faces = detect_robust(self.analyser, image.bgr)
+        faces = detect_robust(self.analyser, image.bgr) or detect_rotated(
+            lambda f: self.analyser.detect(f, 1), image.bgr, "auto", upright=[])
         if face is not None:
             chosen = max(faces, key=lambda f: iou(f.bbox, face.bbox), default=None)
             if chosen is None or iou(chosen.bbox, face.bbox) < 0.3:
@@ -179,6 +184,7 @@ class Engine:
     def reset_tracking(self) -> None:
         """Forget tracked faces (a new video, a new source); the next frame runs detection."""
         self.tracker.reset()
+        self.smoother.reset()
 
     # -- the frame path -------------------------------------------------------------------------
     def stage(self, frame: Frame) -> StagedFrame:
@@ -196,14 +202,13 @@ class Engine:
             torch.cuda.synchronize(self.stager.device)
 
     def _detect(self, frame: StagedFrame) -> list[Face]:
-        faces = self.analyser.detect(frame)
+        faces = detect_rotated(self.analyser.detect, frame, self.config.rotation)
         if self.config.face_selector == "reference" and self._reference is not None:
-            faces = [Face(bbox=f.bbox, kps=f.kps, score=f.score, landmarks=f.landmarks,
-                          embedding=self.analyser.embed(frame.host, f), template=f.template)
-                     for f in faces]
+            faces = [replace(f, embedding=self.analyser.embed(frame.host, f)) for f in faces]
         return faces
 
-    def _find(self, frame: StagedFrame, strict: bool) -> tuple[list[Face], bool]:
+    def _find(self, frame: StagedFrame, strict: bool, t_s: float | None) -> tuple[list[Face],
+                                                                                  bool]:
         """Detect or track, then select: this frame's target faces, and whether it was detected."""
         cfg = self.config
         carried = self.tracker.carry(frame, self.analyser)
@@ -222,6 +227,8 @@ class Engine:
             targets = []
         targets = self.tracker.commit(targets, detected)
         self.cache.retain({f.track_id for f in targets})
+        if cfg.smooth and t_s is not None:
+            targets = self.smoother(targets, t_s)
         return targets, detected
 
     def _patches(self, frame: StagedFrame, faces: Sequence[Face]) -> tuple[list[Patch | None],
@@ -301,7 +308,9 @@ class Engine:
         if self.stager is not None:
             self.stager.wait(staged)
         t0 = time.perf_counter_ns()
-        targets, packet.detected = self._find(staged, strict)
+        # still images are not smoothed: the filter needs a sequence of frames
+        t_s = None if strict else packet.t_capture_ns / 1e9
+        targets, packet.detected = self._find(staged, strict, t_s)
         packet.faces = targets
         self._sync()
         packet.timings_ms["detect" if packet.detected else "track"] = _ms(t0)

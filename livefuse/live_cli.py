@@ -51,7 +51,7 @@ def add_parser(sub: Any) -> None:
                    help="force a fresh swap after N reused frames")
     p.add_argument("--cache-threshold", type=float, default=CacheConfig.threshold,
                    help="similarity (0..1] at or above which a cached swap is reused")
-    add_engine_args(p, detect_every=3, face_selector="one")
+    add_engine_args(p, detect_every=3, face_selector="one", rotation="off")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
     p.add_argument("--duration", type=float, help="stop after S seconds")
     p.set_defaults(func=run_live)

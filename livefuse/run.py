@@ -85,8 +85,12 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True)
     bar = tqdm(total=info.frames or None, unit="frame", disable=not progress,
                desc=target.name, leave=False)
 
+    rate = float(info.rate) if info.rate else 30.0
+
     def process(frame: Frame, index: int) -> Frame:
-        packet = engine.process(frame, index=index)
+        # the clip's own time, not the wall clock: landmark smoothing is in real seconds
+        packet = engine.process(frame, index=index, t_capture_ns=round(index * 1e9 / rate),
+                                in_place=True)
         summary.faces_found += len(packet.faces)
         summary.faces_swapped += packet.swapped
         summary.frames_without_face += int(not packet.faces)

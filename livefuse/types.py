@@ -41,6 +41,8 @@ class Face:
         template: the analyser's appearance template of the face at its last detection (dlib:
             ``(32, 32) float32`` grey aligned crop, zero mean, unit norm), which confirms a
             tracked face is still a face; ``None`` when the analyser confirms otherwise.
+        angle: the frame rotation (degrees clockwise: 0, 90, 180, 270) the detector found the
+            face at; a face lying on its side or upside down has 90, 180 or 270.
     """
 
     bbox: FloatArray
@@ -50,6 +52,7 @@ class Face:
     embedding: FloatArray | None = None
     track_id: int = -1
     template: FloatArray | None = None
+    angle: int = 0
 
     @property
     def width(self) -> float:

@@ -14,8 +14,8 @@ from insightface.utils import face_align
 from skimage import data
 
 from livefuse.models.synthetic import build_synthetic_inswapper, face_kps
-from livefuse.swap.neural import NeuralSwapper
 from livefuse.swap.gpu_frame import align_crops, paste_patches
+from livefuse.swap.neural import NeuralSwapper
 from livefuse.swap.paste import (
     align_crop,
     arcface_affine,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -172,8 +173,7 @@ class DlibFaceAnalyser:
             now = appearance_template(gray, kps)
             if now is None or float((now * face.template).sum()) < CONFIRM_NCC:
                 return None
-        return Face(bbox=new_bbox, kps=kps, score=face.score, landmarks=lm,
-                    embedding=face.embedding, track_id=face.track_id, template=face.template)
+        return replace(face, bbox=new_bbox, kps=kps, landmarks=lm)
 
     def embed(self, frame: Frame, face: Face) -> FloatArray:
         """dlib's 128-d identity descriptor ``(128,) float32`` (Euclidean; same person < 0.6)."""

@@ -14,6 +14,7 @@ The onnxruntime sessions are created here with the execution providers the calle
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -165,14 +166,15 @@ class InsightAnalyser:
                                      / _STRIDE))) * _STRIDE
         side = side_in / scale  # frame px, so the region is detected at exactly ``scale``
         cx, cy = (face.bbox[0] + face.bbox[2]) / 2, (face.bbox[1] + face.bbox[3]) / 2
-        x0, y0 = int(round(cx - side / 2)), int(round(cy - side / 2))
-        n = int(round(side))
+        x0, y0 = round(float(cx) - side / 2), round(float(cy) - side / 2)
+        n = round(side)
         if x0 >= w or y0 >= h or x0 + n <= 0 or y0 + n <= 0:
             return None
         region = host[max(y0, 0):min(y0 + n, h), max(x0, 0):min(x0 + n, w)]
         # zero padding where the region leaves the frame keeps the detector's scale exact
-        region = cv2.copyMakeBorder(region, max(-y0, 0), max(y0 + n - h, 0), max(-x0, 0),
-                                    max(x0 + n - w, 0), cv2.BORDER_CONSTANT, value=0)
+        region = np.asarray(cv2.copyMakeBorder(region, max(-y0, 0), max(y0 + n - h, 0),
+                                               max(-x0, 0), max(x0 + n - w, 0),
+                                               cv2.BORDER_CONSTANT, value=0), np.uint8)
         dets, kpss = self._detector.detect(region, input_size=(side_in, side_in))
         off = np.array([x0, y0], np.float32)
         best: Face | None = None
@@ -184,8 +186,7 @@ class InsightAnalyser:
                 kps = (kpss[i] + off).astype(np.float32) if kpss is not None else \
                     _kps_from_bbox(bbox)
                 best_iou = overlap
-                best = Face(bbox=bbox, kps=kps, score=float(dets[i, 4]),
-                            embedding=face.embedding, track_id=face.track_id)
+                best = replace(face, bbox=bbox, kps=kps, score=float(dets[i, 4]))
         return best
 
     def embed(self, frame: Frame, face: Face) -> FloatArray:

@@ -19,6 +19,7 @@ face); this module holds the policy and the identities:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -43,8 +44,7 @@ def iou(a: FloatArray, b: FloatArray) -> float:
 
 
 def with_track_id(face: Face, track_id: int) -> Face:
-    return Face(bbox=face.bbox, kps=face.kps, score=face.score, landmarks=face.landmarks,
-                embedding=face.embedding, track_id=track_id, template=face.template)
+    return replace(face, track_id=track_id)
 
 
 class FaceTracker:
@@ -78,6 +78,8 @@ class FaceTracker:
         (no faces carried, k frames since the last detection, or a face was lost)."""
         if not self._carried or self._since_detect >= self.detect_every:
             return None
+        if any(f.angle for f in self._carried):  # analysers refit upright faces only
+            return None
         moved = analyser.track(frame, self._carried)
         if any(f is None for f in moved):
             return None
@@ -99,7 +101,7 @@ class FaceTracker:
         out = list(detected)
         lost = [p for p in self._previous
                 if not any(self.same_face(p, f) >= MATCH_IOU for f in detected)
-                and self._coasting.get(p.track_id, 0) < self.max_coast]
+                and self._coasting.get(p.track_id, 0) < self.max_coast and not p.angle]
         coasting: dict[int, int] = {}
         if lost:
             for prev, moved in zip(lost, analyser.track(frame, lost), strict=True):

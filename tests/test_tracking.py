@@ -1,0 +1,184 @@
+"""Detect-or-track, ghost faces, rotated faces and steady landmarks, on real photos (dlib)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from livefuse.config import EngineConfig
+from livefuse.engine import Engine
+from livefuse.faces.dlib_analyser import DlibFaceAnalyser
+from livefuse.faces.rotation import detect_rotated, unrotate_points
+from livefuse.imaging import LoadedImage, load_image
+from livefuse.io.synthetic import motion_clip
+from livefuse.samples import astronaut, insightface_image
+from livefuse.types import Frame
+
+
+@pytest.fixture(scope="module")
+def t1() -> Frame:
+    return load_image(insightface_image("t1.jpg")).bgr
+
+
+@pytest.fixture(scope="module")
+def source() -> LoadedImage:
+    return LoadedImage(bgr=astronaut(), alpha=None, path=Path("astronaut.png"))
+
+
+def _engine(analyser: DlibFaceAnalyser, source: LoadedImage, **kw: object) -> Engine:
+    eng = Engine(EngineConfig(**kw), analyser=analyser)  # type: ignore[arg-type]
+    eng.set_source(source)
+    return eng
+
+
+def test_a_face_that_leaves_is_never_pasted_onto_the_background(
+        analyser: DlibFaceAnalyser, source: LoadedImage, t1: Frame) -> None:
+    """A clip with a face on every 10th frame and an empty wall in between (the new-user trial
+    used every 100th of 10,200 frames and got 306 swaps for 102 faces): only the frames that
+    hold a face are swapped, and the wall frames come out untouched."""
+    face_frame = cv2.resize(t1[150:550, 350:750], (320, 320), interpolation=cv2.INTER_AREA)
+    wall = np.full_like(face_frame, (60, 90, 120))
+    wall = np.asarray(cv2.GaussianBlur(
+        wall + np.random.default_rng(0).integers(0, 30, wall.shape, dtype=np.uint8), (5, 5), 0),
+        np.uint8)
+    clip = [face_frame if i % 10 == 0 else wall for i in range(40)]
+    for detect_every in (1, 3):
+        eng = _engine(analyser, source, detect_every=detect_every, face_selector="many")
+        swapped = 0
+        for i, frame in enumerate(clip):
+            packet = eng.process(frame, i, t_capture_ns=i * 33_000_000)
+            swapped += packet.swapped
+            if i % 10:
+                assert packet.swapped == 0 and not packet.faces, (detect_every, i)
+                np.testing.assert_array_equal(packet.output, frame)
+        assert swapped == 4 * len(analyser.detect(face_frame)), detect_every
+
+
+def test_tracking_between_detections_stays_within_2px(analyser: DlibFaceAnalyser,
+                                                      source: LoadedImage, t1: Frame) -> None:
+    """A 720p clip with pan, zoom and roll: with detect-every 3, the tracked kps stay within
+    2 px (mean) of what detecting every frame gives."""
+    clip = list(motion_clip(t1, (1280, 720), 30, centre=(514.0, 362.0), face_px=125.0,
+                            face_width=170.0))
+    every = _engine(analyser, source, detect_every=1, face_selector="one", smooth=False)
+    third = _engine(analyser, source, detect_every=3, face_selector="one", smooth=False)
+    errors, tracked = [], 0
+    for i, frame in enumerate(clip):
+        a = every.process(frame, i, t_capture_ns=i * 33_333_333)
+        b = third.process(frame, i, t_capture_ns=i * 33_333_333)
+        assert a.swapped == 1 and b.swapped == 1
+        tracked += not b.detected
+        errors.append(float(np.linalg.norm(a.faces[0].kps - b.faces[0].kps, axis=1).mean()))
+    assert tracked >= 15  # two frames in three really were tracked
+    assert float(np.mean(errors)) <= 2.0, errors
+
+
+def test_rotated_photo_gets_its_faces_swapped(analyser: DlibFaceAnalyser, source: LoadedImage,
+                                              t1: Frame) -> None:
+    upright = analyser.detect(t1)
+    assert len(upright) == 6
+    h, w = t1.shape[:2]
+    for code, angle in ((cv2.ROTATE_90_CLOCKWISE, 90), (cv2.ROTATE_180, 180)):
+        turned = np.ascontiguousarray(cv2.rotate(t1, code))
+        eng = _engine(analyser, source, rotation="auto")
+        packet = eng.process_image(turned)
+        assert packet.swapped == 6, angle
+        # each face found on the turned photo sits where an upright face went by the turn
+        for f in upright:
+            c = np.array([[(f.bbox[0] + f.bbox[2]) / 2, (f.bbox[1] + f.bbox[3]) / 2]],
+                         np.float32)
+            # forward map of the turn (the inverse of unrotate_points)
+            fwd = {90: lambda p: np.stack([h - 1 - p[:, 1], p[:, 0]], 1),
+                   180: lambda p: np.stack([w - 1 - p[:, 0], h - 1 - p[:, 1]], 1)}[angle](c)
+            assert any(abs(float(g.bbox[0] + g.bbox[2]) / 2 - fwd[0, 0]) < 20 and
+                       abs(float(g.bbox[1] + g.bbox[3]) / 2 - fwd[0, 1]) < 20
+                       for g in packet.faces), (angle, fwd)
+        assert np.abs(packet.output.astype(int) - turned).mean() > 0.5
+    off = _engine(analyser, source, rotation="off")
+    assert off.process_image(np.ascontiguousarray(cv2.rotate(t1, cv2.ROTATE_90_CLOCKWISE))
+                             ).swapped == 0
+
+
+def test_rotation_always_finds_upright_and_turned_faces(analyser: DlibFaceAnalyser,
+                                                        t1: Frame) -> None:
+    face = t1[150:550, 350:750]
+    canvas = np.zeros((400, 800, 3), np.uint8)
+    canvas[:, :400] = face
+    canvas[:, 400:] = cv2.rotate(face, cv2.ROTATE_180)
+    auto = detect_rotated(analyser.detect, canvas, "auto")
+    always = detect_rotated(analyser.detect, canvas, "always")
+    assert len(auto) == len(analyser.detect(face)) >= 1
+    assert len(always) == 2 * len(auto)
+    assert {f.angle for f in always} == {0, 180}
+    turned = next(f for f in always if f.angle == 180)
+    assert turned.bbox[0] >= 400  # mapped back into the right half
+    # the turned face's eyes are below its mouth in frame coordinates: it is upside down
+    assert turned.kps[:2, 1].mean() > turned.kps[3:, 1].mean()
+
+
+@pytest.mark.parametrize("angle", [90, 180, 270])
+def test_unrotate_points_inverts_cv2_rotate(angle: int) -> None:
+    img = np.zeros((30, 50), np.uint8)
+    img[7, 11] = 255
+    code = {90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180,
+            270: cv2.ROTATE_90_COUNTERCLOCKWISE}[angle]
+    ys, xs = np.nonzero(cv2.rotate(img, code))
+    back = unrotate_points(np.array([[xs[0], ys[0]]], np.float32), angle, (50, 30))
+    np.testing.assert_allclose(back, [[11, 7]])
+
+
+def _kps_track(eng: Engine, frames: list[Frame], period_ns: int) -> np.ndarray:
+    out = []
+    for i, f in enumerate(frames):
+        p = eng.process(f, i, t_capture_ns=i * period_ns)
+        assert len(p.faces) == 1
+        out.append(p.faces[0].kps)
+    return np.array(out)
+
+
+def test_steady_landmarks_on_a_still_face(analyser: DlibFaceAnalyser, source: LoadedImage,
+                                          t1: Frame) -> None:
+    """A still face at 720p with sensor noise: the detector's kps jitter by about a pixel; the
+    One-Euro filter brings it under 0.5 px (std per point, averaged)."""
+    base = np.asarray(cv2.resize(t1[200:500, 400:700], (720, 720),
+                                 interpolation=cv2.INTER_CUBIC), np.uint8)
+    base = np.ascontiguousarray(np.pad(base, ((0, 0), (280, 280), (0, 0)), mode="edge"))
+    rng = np.random.default_rng(1)
+    frames = [np.clip(base + rng.normal(0, 6, base.shape), 0, 255).astype(np.uint8)
+              for _ in range(40)]
+    raw = _kps_track(_engine(analyser, source, face_selector="one", smooth=False), frames,
+                     33_333_333)
+    smooth = _kps_track(_engine(analyser, source, face_selector="one", smooth=True), frames,
+                        33_333_333)
+    jitter_raw = float(raw[10:].std(0).mean())
+    jitter_smooth = float(smooth[10:].std(0).mean())
+    assert jitter_raw > 0.5  # the noise is real
+    assert jitter_smooth <= 0.5, (jitter_raw, jitter_smooth)
+
+
+def test_steady_landmarks_lag_at_most_one_frame(analyser: DlibFaceAnalyser, source: LoadedImage,
+                                                t1: Frame) -> None:
+    """On a moving face the filtered kps trail the raw ones by at most one frame: the time
+    shift that best aligns the two trajectories is <= 1 frame."""
+    clip = list(motion_clip(t1, (1280, 720), 30, centre=(514.0, 362.0), face_px=125.0,
+                            face_width=170.0))
+    raw = _kps_track(_engine(analyser, source, face_selector="one", smooth=False), clip,
+                     33_333_333)
+    smooth = _kps_track(_engine(analyser, source, face_selector="one", smooth=True), clip,
+                        33_333_333)
+    n = len(clip)
+    t = np.arange(n, dtype=np.float64)
+
+    def err(shift: float) -> float:
+        ts = t[5:] - shift
+        lo = np.clip(np.floor(ts).astype(int), 0, n - 2)
+        frac = (ts - lo)[:, None, None]
+        delayed = raw[lo] * (1 - frac) + raw[lo + 1] * frac
+        return float(np.linalg.norm(smooth[5:] - delayed, axis=2).mean())
+
+    shifts = np.linspace(0, 3, 61)
+    best = float(shifts[int(np.argmin([err(s) for s in shifts]))])
+    assert best <= 1.0, best

@@ -9,6 +9,7 @@ from livefuse.config import (
     BACKEND_CHOICES,
     BLEND_CHOICES,
     FACE_SELECTOR_CHOICES,
+    PIXEL_BOOST_CHOICES,
     PRECISION_CHOICES,
     ROTATION_CHOICES,
     RUN_ENGINE_CHOICES,
@@ -54,6 +55,10 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
                    help="faces on their side or upside down: auto = try the frame turned by "
                         "90/180/270 degrees when no upright face is found; always = at every "
                         "detection (4x detector cost) (default: %(default)s)")
+    p.add_argument("--pixel-boost", type=int, choices=PIXEL_BOOST_CHOICES,
+                   default=d.pixel_boost,
+                   help="neural: swap at this aligned size (the 128 px model on 2x2, 3x3 or 4x4 "
+                        "sub-grids: sharper, 4/9/16x the work) (default: %(default)s)")
     p.add_argument("--no-smooth", dest="smooth", action="store_false",
                    help="do not steady landmarks between frames (One-Euro filter)")
 
@@ -79,4 +84,4 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         target_face_index=args.target_face_index,
                         detect_every=args.detect_every, blend=args.blend,
                         keep_mouth=args.keep_mouth, rotation=args.rotation,
-                        smooth=args.smooth).validate()
+                        smooth=args.smooth, pixel_boost=args.pixel_boost).validate()

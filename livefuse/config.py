@@ -34,6 +34,8 @@ FACE_SELECTOR_CHOICES: tuple[str, ...] = get_args(FaceSelector)
 BLEND_CHOICES: tuple[str, ...] = get_args(BlendMode)
 CAPTURE_CHOICES: tuple[str, ...] = get_args(CaptureKind)
 ROTATION_CHOICES: tuple[str, ...] = get_args(Rotation)
+PIXEL_BOOST_CHOICES: tuple[int, ...] = (128, 256, 384, 512)
+"""Aligned sizes of the neural swap: 128 (inswapper's own), or pixel boost's 2×2, 3×3, 4×4."""
 RESOLUTION_CHOICES: tuple[tuple[int, int], ...] = ((640, 480), (1280, 720), (1920, 1080))
 """Camera sizes offered by the app (any size works from the CLI)."""
 
@@ -73,6 +75,9 @@ class EngineConfig:
             90/180/270° when no face is upright (a detection costs up to 4x on frames without a
             face, so live sessions default to ``off``), ``always`` at every detection.
         smooth: steady landmarks: a One-Euro filter per tracked face (video and live only).
+        pixel_boost: neural engine: the aligned size the face is swapped at (see
+            :data:`PIXEL_BOOST_CHOICES`); above 128 the 128 px model runs on the strided
+            sub-grids (4, 9 or 16 runs per face, one batch).
     """
 
     engine: EngineName = "classic"
@@ -89,6 +94,7 @@ class EngineConfig:
     models_dir: str | None = None
     rotation: Rotation = "auto"
     smooth: bool = True
+    pixel_boost: int = 128
 
     def validate(self) -> EngineConfig:
         """Return ``self`` or raise :class:`ConfigError` naming the bad field."""
@@ -98,6 +104,9 @@ class EngineConfig:
         _check_choice("face_selector", self.face_selector, FACE_SELECTOR_CHOICES)
         _check_choice("blend", self.blend, BLEND_CHOICES)
         _check_choice("rotation", self.rotation, ROTATION_CHOICES)
+        if self.pixel_boost not in PIXEL_BOOST_CHOICES:
+            raise ConfigError(f"pixel_boost={self.pixel_boost} is not one of "
+                              f"{', '.join(map(str, PIXEL_BOOST_CHOICES))}")
         if self.detect_every < 1:
             raise ConfigError(f"detect_every={self.detect_every} must be >= 1")
         if self.target_face_index is not None and self.target_face_index < 0:

@@ -1,6 +1,7 @@
-"""`livefuse bench`: the classic engine's fps on the demo clip, printed as a table.
+"""`livefuse bench`: the classic engine's fps on the demo clip, printed as a table; with
+``--quality``, the quality gate (PSNR/SSIM of each speed or quality option against its reference).
 
-The same function backs ``benchmarks/bench_classic.py``. It times ``Engine.process`` only (no
+:func:`bench_classic` backs ``benchmarks/bench_classic.py``. It times ``Engine.process`` only (no
 decode/encode) on frames held in memory, for 640x480 and 1280x720, detection every 1/3/5 frames,
 one face vs every face.
 """
@@ -14,12 +15,15 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from livefuse.config import EngineConfig, FaceSelector
+from livefuse.config import CacheConfig, EngineConfig, FaceSelector
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage, load_image, save_image
+from livefuse.quality import QualityRow
 from livefuse.samples import astronaut, insightface_image
+from livefuse.types import Frame
 
 SIZES: tuple[tuple[tuple[int, int], int], ...] = (((640, 480), 150), ((1280, 720), 220))
 """(frame size px, face width px) pairs: a webcam close-up at each resolution."""
@@ -74,11 +78,11 @@ def bench_classic(frames: int = 120, detect_every: tuple[int, ...] = (1, 3, 5),
                 t_all = time.perf_counter()
                 for i, f in enumerate(clip):
                     t0 = time.perf_counter()
-                    p = engine.process(f, index=i)
+                    p = engine.process(f, index=i, t_capture_ns=i * 33_333_333)
                     per.append((time.perf_counter() - t0) * 1e3)
                     det.append(p.timings_ms.get("detect", 0.0))
                     trk.append(p.timings_ms.get("track", 0.0))
-                    swp.append(p.timings_ms.get("swap", 0.0))
+                    swp.append(p.timings_ms.get("render", 0.0) + p.timings_ms.get("paste", 0.0))
                     nfaces.append(p.swapped)
                 fps = len(clip) / (time.perf_counter() - t_all)
                 row = {"width": size[0], "height": size[1], "detect_every": k,
@@ -89,4 +93,71 @@ def bench_classic(frames: int = 120, detect_every: tuple[int, ...] = (1, 3, 5),
                 out(f"{f'{size[0]}x{size[1]}':<9} {k:>12} {row['faces']:>6.1f} {fps:>7.1f} "
                     f"{row['p50_ms']:>12.1f} {row['detect_ms']:>9.1f} {row['track_ms']:>8.1f} "
                     f"{row['swap_ms']:>7.1f}")
+    return rows
+
+
+EngineMaker = Callable[[EngineConfig, CacheConfig | None], Engine]
+
+
+def _default_maker(config: EngineConfig, cache: CacheConfig | None) -> Engine:
+    return Engine(config, cache=cache)
+
+
+def demo_frames(frames: int, size: tuple[int, int] = (640, 480)) -> list[Frame]:
+    """The demo clip's frames (camera motion over t1.jpg around its largest face)."""
+    from livefuse.faces.dlib_analyser import DlibFaceAnalyser
+    from livefuse.io.synthetic import motion_clip
+
+    photo = load_image(insightface_image("t1.jpg")).bgr
+    face = max(DlibFaceAnalyser().detect(photo), key=lambda f: f.area)
+    centre = (float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2)
+    return list(motion_clip(photo, size, frames, centre=centre, face_px=face.width))
+
+
+def bench_quality(frames: int = 60, base: EngineConfig | None = None,
+                  make_engine: EngineMaker = _default_maker, cuda: bool | None = None,
+                  clip: list[Frame] | None = None,
+                  out: Callable[[str], None] = print) -> list[QualityRow]:
+    """Print the quality gate's table for ``base`` (the classic engine by default).
+
+    Rows: fp16 vs fp32 (neural engine on CUDA), cache vs no cache, and the enhancer and masks
+    on vs off (neural engine, when their models are installed); a row that cannot run says why.
+    """
+    from livefuse.quality import HEADER, LPIPS_NOTE, compare
+
+    base = base or EngineConfig(face_selector="one")
+    clip = clip if clip is not None else demo_frames(frames)
+    source = _source()
+    if cuda is None:
+        from livefuse.swap.neural_engine import resolve_device
+
+        cuda = resolve_device(base.device).startswith("cuda")
+    out(f"# quality gate, {base.engine} engine, commit {git_commit()}, {machine()}, "
+        f"{len(clip)} frames, face region only")
+    out(HEADER)
+    rows: list[QualityRow] = []
+
+    def row(name: str, ref: tuple[EngineConfig, CacheConfig | None],
+            var: tuple[EngineConfig, CacheConfig | None], note: str = "") -> None:
+        r = compare(name, clip, source, lambda: make_engine(*ref), lambda: make_engine(*var),
+                    note=note)
+        rows.append(r)
+        out(r.line())
+
+    neural = base.engine == "neural"
+    if neural and cuda:
+        row("fp16 vs fp32", (replace(base, precision="fp32"), None),
+            (replace(base, precision="fp16"), None))
+    else:
+        r = QualityRow("fp16 vs fp32", note="n/a: " + (
+            "fp16 runs on CUDA only" if neural else "the classic engine has no precision"))
+        rows.append(r)
+        out(r.line())
+    row("cache vs no cache", (base, None), (base, CacheConfig()),
+        note="threshold 0.8, refresh every 5")
+    for name in ("enhancer on vs off", "masks on vs off"):
+        r = QualityRow(name, note="n/a: needs the neural engine and its models")
+        rows.append(r)
+        out(r.line())
+    out(LPIPS_NOTE)
     return rows

@@ -55,6 +55,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.quality:
+        from livefuse.bench import bench_quality
+        from livefuse.config import EngineConfig
+
+        engine = args.engine
+        if engine == "auto":
+            from livefuse.swap.neural_engine import neural_models_present
+
+            engine = "neural" if neural_models_present(args.models_dir) else "classic"
+        bench_quality(frames=args.frames, base=EngineConfig(
+            engine=engine, face_selector="one", models_dir=args.models_dir))
+        return 0
     from livefuse.bench import bench_classic
 
     bench_classic(frames=args.frames)
@@ -103,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="print the engine's fps table on the demo clip")
     p.add_argument("--frames", type=int, default=120, help="frames per table row")
+    p.add_argument("--quality", action="store_true",
+                   help="the quality gate instead: PSNR/SSIM of fp16, the cache, the enhancer "
+                        "and masks against their references, on the face region")
+    p.add_argument("--engine", choices=("auto", "classic", "neural"), default="auto",
+                   help="with --quality: the engine to measure")
+    p.add_argument("--models-dir", default=None, help="neural: model folder")
     p.set_defaults(func=_cmd_bench)
     return parser
 

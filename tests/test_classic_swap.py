@@ -8,6 +8,7 @@ called directly, not through livefuse's analyser or swapper.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -139,16 +140,20 @@ class _Check:
         self.sp = dlib.shape_predictor(str(models / "shape_predictor_68_face_landmarks.dat"))
         self.rec = dlib.face_recognition_model_v1(
             str(models / "dlib_face_recognition_resnet_model_v1.dat"))
+        self._seen: dict[bytes, list[tuple[Any, np.ndarray, np.ndarray]]] = {}
 
     def faces(self, bgr: Frame) -> list[tuple[Any, np.ndarray, np.ndarray]]:
-        """(box, 68 landmarks, descriptor) per face, left to right."""
-        rgb = np.ascontiguousarray(bgr[..., ::-1])
-        out = []
-        for box in sorted(self.det(rgb, 1), key=lambda b: b.left()):
-            shape = self.sp(rgb, box)
-            lm = np.array([(p.x, p.y) for p in shape.parts()], np.int32)
-            out.append((box, lm, np.array(self.rec.compute_face_descriptor(rgb, shape))))
-        return out
+        """(box, 68 landmarks, descriptor) per face, left to right (remembered per image)."""
+        key = hashlib.sha1(np.ascontiguousarray(bgr).data).digest()
+        if key not in self._seen:
+            rgb = np.ascontiguousarray(bgr[..., ::-1])
+            out = []
+            for box in sorted(self.det(rgb, 1), key=lambda b: b.left()):
+                shape = self.sp(rgb, box)
+                lm = np.array([(p.x, p.y) for p in shape.parts()], np.int32)
+                out.append((box, lm, np.array(self.rec.compute_face_descriptor(rgb, shape))))
+            self._seen[key] = out
+        return self._seen[key]
 
     @staticmethod
     def nearest(faces: list[Any], box: Any) -> Any:

@@ -34,6 +34,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise LivefuseError("--reference is used only with --face-selector reference")
     engine = Engine(engine_config(args))
     engine.set_source(load_image(args.source), face_index=args.source_face_index)
+    for note in engine.source_notes:
+        print(f"source: {note}", file=sys.stderr)
     if args.reference is not None:
         engine.set_reference(load_image(args.reference))
     summary = run(engine, args.target, args.output, progress=not args.quiet,

@@ -22,7 +22,7 @@ from livefuse.config import MODEL_RELOAD_FIELDS, CacheConfig, EngineConfig
 from livefuse.errors import FaceIndexError, NoFaceError
 from livefuse.faces.analyser import Analyser
 from livefuse.faces.rotation import detect_rotated
-from livefuse.faces.selection import detect_robust, pick_source_face, select_targets
+from livefuse.faces.selection import choose_source_face, detect_robust, select_targets
 from livefuse.faces.smoothing import FaceSmoother
 from livefuse.faces.tracking import FaceTracker, iou
 from livefuse.imaging import LoadedImage
@@ -92,6 +92,7 @@ class Engine:
             self.renderer = ClassicSwapper(config)
         self._source: Any = None
         self.source_face: Face | None = None
+        self.source_notes: tuple[str, ...] = ()
         self._reference: FloatArray | None = None
         self.tracker = FaceTracker(config.detect_every)
         self.smoother = FaceSmoother()
@@ -108,25 +109,32 @@ class Engine:
                    face: Face | None = None) -> Face:
         """Find the source face in a photo and prepare it once for every later render.
 
+        The default choice is the most confident detection that passes the landmark sanity
+        check (:func:`livefuse.faces.selection.choose_source_face`); what was chosen and any
+        warning (several faces, a tiny or grey source) is in :attr:`source_notes`.
+
         Args:
-            face_index: which face (left to right from 0); ``None``: the default choice.
+            face_index: which face, left to right from 0 among the plausible ones.
             face: a face chosen elsewhere (e.g. by the app's picker, with another detector):
-                the detection of this engine's analyser that overlaps it most is used.
+                this engine's own detection that overlaps it most is used.
 
         Raises:
-            NoFaceError: no face found even after the upscale/pad retry, or none at ``face``.
+            NoFaceError: no plausible face found even after the upscale/pad and rotation retries,
+                or none at ``face``.
             FaceIndexError: ``face_index`` is outside the faces found.
         """
         faces = detect_robust(self.analyser, image.bgr) or detect_rotated(
             lambda f: self.analyser.detect(f, 1), image.bgr, "auto", upright=[])
+        choice = choose_source_face(faces, image.bgr, image.path, face_index)
+        chosen = choice.face
         if face is not None:
-            chosen = max(faces, key=lambda f: iou(f.bbox, face.bbox), default=None)
-            if chosen is None or iou(chosen.bbox, face.bbox) < 0.3:
+            best = max(choice.candidates, key=lambda f: iou(f.bbox, face.bbox))
+            if iou(best.bbox, face.bbox) < 0.3:
                 raise NoFaceError(image.path, "source (at the chosen face)")
-        else:
-            chosen = pick_source_face(faces, image.path, face_index)
+            chosen = best
         self._source = self.renderer.prepare(image.bgr, chosen, image.path)
         self.source_face = chosen
+        self.source_notes = choice.notes if face is None else ()
         self.reset_tracking()
         self.cache.invalidate()
         return chosen
@@ -303,8 +311,8 @@ class Engine:
 
     def _process(self, staged: StagedFrame, index: int, t_capture_ns: int | None, strict: bool,
                  in_place: bool) -> FramePacket:
-        packet = FramePacket(index=index, t_capture_ns=t_capture_ns or time.perf_counter_ns(),
-                             frame=staged.host)
+        t_cap = time.perf_counter_ns() if t_capture_ns is None else t_capture_ns
+        packet = FramePacket(index=index, t_capture_ns=t_cap, frame=staged.host)
         if self.stager is not None:
             self.stager.wait(staged)
         t0 = time.perf_counter_ns()

@@ -34,11 +34,15 @@ class VideoError(LivefuseError):
 class NoFaceError(LivefuseError):
     """No face was found where one is required (the source photo, a reference photo)."""
 
-    def __init__(self, path: str | Path | None, role: str = "source") -> None:
+    def __init__(self, path: str | Path | None, role: str = "source",
+                 rejected: str | None = None) -> None:
+        """``rejected``: why the detections that were found were not faces, when some were."""
         self.path = None if path is None else Path(path)
+        self.rejected = rejected
         where = f" '{path}'" if path is not None else ""
+        why = f" ({rejected})" if rejected else ""
         super().__init__(
-            f"no face in {role}{where}: use a photo where one face is clearly visible, "
+            f"no face in {role}{where}{why}: use a photo where one face is clearly visible, "
             "frontal, at least ~60 px wide"
         )
 

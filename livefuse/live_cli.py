@@ -109,7 +109,9 @@ def run_live(args: argparse.Namespace) -> int:
     metrics = Metrics()
     session = Session(config, on_status=say, metrics=metrics)
     session.set_source_face(face)
-    session.prepare()  # a photo without a face or a bad model fails here, before any device
+    engine = session.prepare()  # a photo without a face or a bad model fails here
+    for note in engine.source_notes:
+        print(f"source: {note}", file=sys.stderr)
     server = None
     if args.metrics_port is not None:
         try:

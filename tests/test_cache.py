@@ -138,10 +138,14 @@ def test_engine_cache_reuses_and_follows_the_head(analyser: DlibFaceAnalyser,
 class _StubAnalyser:
     """Returns scripted faces: the source photo's face, then one list per frame."""
 
-    def __init__(self, per_frame: list[list[Face]]) -> None:
-        rng = np.random.default_rng(0)
-        lm = (rng.random((68, 2)) * 80 + 10).astype(np.float32)
-        self.source = Face(bbox=np.array([10, 10, 90, 90], np.float32), kps=lm[:5], landmarks=lm)
+    def __init__(self, per_frame: list[list[Face]], source: Face) -> None:
+        # the source photo's face: a real face's geometry, moved into the 100 px stub photo
+        scale = 80.0 / source.width
+        off = source.bbox[:2]
+        lm = ((source.landmarks - off) * scale + 10).astype(np.float32)  # type: ignore[operator]
+        self.source = Face(bbox=np.array([10, 10, 90, 90], np.float32),
+                           kps=((source.kps - off) * scale + 10).astype(np.float32),
+                           landmarks=lm, score=1.0)
         self.per_frame = per_frame
         self.calls = 0
 
@@ -163,10 +167,13 @@ def _box(x: float, size: float) -> Face:
                 kps=np.zeros((5, 2), np.float32))
 
 
-def test_tracked_face_is_kept_by_identity_not_by_size() -> None:
+def test_tracked_face_is_kept_by_identity_not_by_size(analyser: DlibFaceAnalyser) -> None:
     frames = [[_box(100, 80)], [_box(104, 80), _box(300, 120)], [_box(300, 120), _box(108, 80)]]
-    an = _StubAnalyser(frames)
-    eng = Engine(EngineConfig(face_selector="one"), analyser=an)  # type: ignore[arg-type]
+    real = max(analyser.detect(np.ascontiguousarray(data.astronaut()[..., ::-1])),
+               key=lambda f: f.score)
+    an = _StubAnalyser(frames, real)
+    eng = Engine(EngineConfig(face_selector="one", smooth=False),
+                 analyser=an)  # type: ignore[arg-type]
     eng.set_source(LoadedImage(bgr=np.zeros((100, 100, 3), np.uint8), alpha=None,
                                path=Path("src.png")))
     frame = np.zeros((480, 640, 3), np.uint8)

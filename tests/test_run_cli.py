@@ -81,15 +81,18 @@ def test_source_with_no_face(tmp_path: Path, t1_path: Path,
 
 def test_source_with_two_faces_is_deterministic(tmp_path: Path, t1_path: Path,
                                                 analyser) -> None:  # type: ignore[no-untyped-def]
-    """t1.jpg as a source: the largest face is used, and --source-face-index picks another."""
+    """t1.jpg as a source: the most confident face is used (not the largest: on a grey photo the
+    largest detection was a suit patch), and --source-face-index picks another."""
     from livefuse.config import EngineConfig
     from livefuse.engine import Engine
 
     faces = analyser.detect(load_image(t1_path).bgr)
-    largest = max(faces, key=lambda f: f.area)
+    confident = max(faces, key=lambda f: f.score)
+    assert confident is not max(faces, key=lambda f: f.area)  # the two rules differ here
     engine = Engine(EngineConfig(), analyser=analyser)
     assert engine.set_source(load_image(t1_path)) is not None
-    np.testing.assert_allclose(engine.source_face.bbox, largest.bbox)
+    np.testing.assert_allclose(engine.source_face.bbox, confident.bbox)
+    assert any("6 faces" in n for n in engine.source_notes)
     engine.set_source(load_image(t1_path), face_index=0)
     np.testing.assert_allclose(engine.source_face.bbox, faces[0].bbox)
     assert faces[0].bbox[0] == min(f.bbox[0] for f in faces)

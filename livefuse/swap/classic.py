@@ -1,11 +1,20 @@
-"""The offline classic swapper: a landmark warp of the source face onto the target, LAB colour
-transfer, the target's inner mouth kept, then a feathered or seamless (Poisson) blend.
+"""The offline classic swapper: a landmark warp of the source face onto the target, the target's
+own shading and skin colour under the source's detail, the target's inner mouth kept, then a
+feathered or seamless (Poisson) blend.
 
 The warp's destination is the *source's* face shape placed on the target by a similarity transform
 (so the identity-carrying geometry of eyes, nose and brows is the source's), blended toward the
 target's own landmarks only where pose and expression need it: the jaw line and the mouth. Pure
 texture transfer onto the target's landmarks keeps the target's geometry and, measured with dlib's
 128-d descriptors, stays closer to the target's identity than to the source's (design.md §6).
+
+Shading and colour come from a frequency split in LAB (docs/CLASSIC.md): the output is the
+target's low-pass (its light, shadows and skin colour) plus the warped source minus its own
+low-pass (eyes, brows, lips, skin texture). Both low-passes are taken over skin only, with the
+eyes, brows, nose wings and mouth left out, so the source's features keep their full contrast and
+the target's features leave no ghost. A grey source has no chroma detail, so its skin takes the
+target's colour. The swap covers the source's face only where the target's face is (the two
+landmark hulls intersected), so a turned head keeps its own silhouette.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import numpy.typing as npt
 from scipy.spatial import Delaunay
 
 from livefuse.config import EngineConfig
-from livefuse.faces.landmarks import INNER_MOUTH, JAW
+from livefuse.faces.landmarks import INNER_MOUTH, JAW, LEFT_EYE, RIGHT_EYE
 from livefuse.swap.paste import translation
 from livefuse.types import Face, FloatArray, Frame, Patch, StagedFrame
 
@@ -28,6 +37,16 @@ from livefuse.types import Face, FloatArray, Frame, Patch, StagedFrame
 # They move little with expression (iBUG 300-W indices).
 _STABLE = np.r_[17:27, 27:36, 36:48]
 _MOUTH = slice(48, 68)
+# Regions left out of the shading estimate (iBUG 300-W): brows, eyes, nose wings, outer lips.
+_FEATURES = (slice(17, 22), slice(22, 27), RIGHT_EYE, LEFT_EYE, slice(31, 36), slice(48, 60))
+
+# Sizes relative to the target's face size: the square root of its landmark hull's area in px
+# (about 0.75 x a dlib box width). Chosen by the sweep in docs/CLASSIC.md on t1.jpg: lower cut-offs
+# follow the target's shading more closely, higher ones keep more of the source.
+_SHADING_SIGMA = 0.08  # Gaussian sigma of the shading/colour low-pass
+_FEATURE_GROW = 0.05  # how far past its landmarks a feature is left out of the low-pass
+_DETAIL_FADE = 0.05  # the source's detail fades out over this width inside its hull's edge
+_FEATHER = 0.08  # Gaussian kernel of the blend ramp, centred on the mask's edge
 
 
 @dataclass(frozen=True)
@@ -121,42 +140,106 @@ def _piecewise_affine_maps(src_pts: FloatArray, dst_pts: FloatArray,
     return map_x, map_y, inside.astype(np.uint8) * 255
 
 
-_GREY_CHROMA_STD = 1.0  # LAB a/b std (8-bit units) below which a source counts as greyscale
+def _face_size(mask: npt.NDArray[np.uint8]) -> float:
+    """The square root of the mask's area, px: the unit of every size in the relighting."""
+    return float(np.sqrt(max(cv2.countNonZero(mask), 1)))
 
 
-def transfer_colour_lab(src: Frame, ref: Frame, mask: npt.NDArray[np.bool_]) -> Frame:
-    """Reinhard et al. 2001 colour transfer: ``src``'s LAB mean/std matched to ``ref`` in ``mask``.
+def _hull_mask(points: FloatArray, shape: tuple[int, ...]) -> npt.NDArray[np.uint8]:
+    mask = np.zeros(shape[:2], np.uint8)
+    cv2.fillConvexPoly(mask, cv2.convexHull(np.round(points).astype(np.int32)), 255)
+    return mask
+
+
+def _skin_weight(hull: npt.NDArray[np.uint8], landmarks: FloatArray, grow_px: float
+                 ) -> npt.NDArray[np.float32]:
+    """``(h, w) float32`` 1 on the face's skin: its hull without brows, eyes, nose wings and lips
+    (each grown by ``grow_px``); falls back to the whole hull when the features cover most of it
+    (a tiny face)."""
+    features = np.zeros_like(hull)
+    for part in _FEATURES:
+        cv2.fillConvexPoly(features, cv2.convexHull(np.round(landmarks[part]).astype(np.int32)),
+                           255)
+    g = 2 * round(grow_px) + 1
+    grown = cv2.dilate(features, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (g, g)))
+    skin = hull & ~np.asarray(grown, np.uint8)
+    if cv2.countNonZero(skin) < cv2.countNonZero(hull) // 4:
+        skin = hull
+    return skin.astype(np.float32) * np.float32(1.0 / 255.0)
+
+
+def masked_lowpass(image: npt.NDArray[np.float32], weight: npt.NDArray[np.float32],
+                   sigma: float) -> npt.NDArray[np.float32]:
+    """Gaussian low-pass of ``image`` that only reads pixels where ``weight`` > 0.
+
+    Normalised convolution (Knutsson & Westin 1993): ``G*(image*weight) / G*weight``, so skin next
+    to hair or background is not pulled toward them, and the result extends smoothly past the
+    weighted region. Computed at a reduced scale where ``sigma`` allows (the result is smooth).
 
     Args:
-        src, ref: ``(h, w, 3) uint8 BGR`` of the same size.
-        mask: ``(h, w) bool`` pixels whose statistics count.
-
-    A greyscale source (a/b std < 1) keeps its lightness and takes ``ref``'s per-pixel chroma.
+        image: ``(h, w, c) float32``.
+        weight: ``(h, w) float32`` in 0..1.
+        sigma: Gaussian sigma in px (full scale).
 
     Returns:
-        ``src`` recoloured, ``(h, w, 3) uint8 BGR``.
+        ``(h, w, c) float32``; 0 where no weighted pixel lies within a few sigma.
     """
-    if mask.sum() < 16:
-        return src
-    s = cv2.cvtColor(src, cv2.COLOR_BGR2LAB).astype(np.float32)
-    r = cv2.cvtColor(ref, cv2.COLOR_BGR2LAB).astype(np.float32)
-    sm, ss = s[mask].mean(0), s[mask].std(0) + 1e-3
-    rm, rs = r[mask].mean(0), r[mask].std(0) + 1e-3
-    gain = np.clip(rs / ss, 0.5, 2.0)  # a grey source must not blow up the chroma channels
-    out = (s - sm) * gain + rm
-    if ss[1] < _GREY_CHROMA_STD and ss[2] < _GREY_CHROMA_STD:
-        # A grey source has no colour to transfer: keep its lightness and take the target's own
-        # per-pixel chroma, so the skin keeps its natural variation instead of a flat tint.
-        out[..., 1:] = r[..., 1:]
-    return cv2.cvtColor(np.clip(out, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR)
+    h, w = weight.shape
+    # sigma >= 3 px after downscaling keeps the Gaussian well sampled.
+    f = max(1, int(sigma / 3))
+    num = image * weight[..., None]
+    den = weight
+    if f > 1:
+        size = (max(w // f, 1), max(h // f, 1))
+        num = np.asarray(cv2.resize(num, size, interpolation=cv2.INTER_AREA), np.float32)
+        den = np.asarray(cv2.resize(den, size, interpolation=cv2.INTER_AREA), np.float32)
+    s = sigma * num.shape[1] / w
+    num = np.asarray(cv2.GaussianBlur(num, (0, 0), s), np.float32)
+    den = np.asarray(cv2.GaussianBlur(den, (0, 0), s), np.float32)
+    small = np.asarray(num / np.maximum(den, np.float32(1e-4))[..., None], np.float32)
+    if f == 1:
+        return small
+    return np.asarray(cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR), np.float32)
+
+
+def relight(warped: Frame, roi: Frame, source_skin: npt.NDArray[np.float32],
+            target_skin: npt.NDArray[np.float32], source_hull: npt.NDArray[np.uint8],
+            face_px: float) -> Frame:
+    """The warped source face under the target's shading and colour.
+
+    Per LAB channel: ``lowpass(target) + fade * (source - lowpass(source))``, both low-passes
+    over skin only (:func:`masked_lowpass`, sigma = ``_SHADING_SIGMA * face_px``). ``fade`` takes
+    the source's detail to 0 at its hull's edge, where the source photo's hair, jaw shadow or
+    background would otherwise draw a line. A grey source has no chroma detail: its a/b are the
+    target's.
+
+    Args:
+        warped, roi: ``(h, w, 3) uint8 BGR`` source warped onto the target, and the target.
+        source_skin, target_skin: ``(h, w) float32`` 0..1 where each one's skin is.
+        source_hull: ``(h, w) uint8`` 255 where the warped source is its face.
+        face_px: the target's face size in px.
+
+    Returns:
+        ``(h, w, 3) uint8 BGR``.
+    """
+    sigma = _SHADING_SIGMA * face_px
+    src = cv2.cvtColor(warped, cv2.COLOR_BGR2LAB).astype(np.float32)
+    tgt = cv2.cvtColor(roi, cv2.COLOR_BGR2LAB).astype(np.float32)
+    detail = src - masked_lowpass(src, source_skin, sigma)
+    fade_px = max(1.0, _DETAIL_FADE * face_px)
+    inside = cv2.distanceTransform(source_hull, cv2.DIST_L2, 3)
+    detail *= np.minimum(inside * (1.0 / fade_px), 1.0)[..., None]
+    out = masked_lowpass(tgt, target_skin, sigma) + detail
+    return np.asarray(cv2.cvtColor(np.clip(out + 0.5, 0, 255).astype(np.uint8),
+                                   cv2.COLOR_LAB2BGR), np.uint8)
 
 
 class ClassicSwapper:
     """The classic renderer: warp a prepared source face onto target faces, bbox-local.
 
     Cost is proportional to the face's area, not the frame's: only the region around the
-    target face is read (3-6 ms per 150-px face on one core). Paste-back is
-    :func:`livefuse.swap.paste.paste` (shared by every renderer).
+    target face is read (about 3.5 ms per 107-px face and 7.5 ms per 160-px face on one core;
+    docs/CLASSIC.md). Paste-back is :func:`livefuse.swap.paste.paste` (shared by every renderer).
     """
 
     device = "cpu"
@@ -186,7 +269,7 @@ class ClassicSwapper:
         return [self.render_one(frame.host, f, source) for f in faces]
 
     def render_one(self, frame: Frame, target: Face, source: ClassicSource) -> Patch | None:
-        """Warp and recolour the source face for one ``target`` (see :meth:`render`)."""
+        """Warp the source face onto one ``target`` and relight it (see :meth:`render`)."""
         if target.landmarks is None:
             return None
         cfg = self.config
@@ -208,25 +291,30 @@ class ClassicSwapper:
         warped = cv2.remap(source.crop, map_x, map_y, cv2.INTER_LINEAR,
                            borderMode=cv2.BORDER_REPLICATE).astype(np.uint8, copy=False)
 
-        mask = np.zeros(roi.shape[:2], np.uint8)
-        cv2.fillConvexPoly(mask, cv2.convexHull(np.round(local).astype(np.int32)), 255)
-        mask &= covered
+        source_hull = _hull_mask(local, roi.shape) & covered
         tgt_local = target.landmarks - np.array([x0, y0], np.float32)
-        if cfg.keep_mouth:
-            cv2.fillPoly(mask, [np.round(tgt_local[INNER_MOUTH]).astype(np.int32)], 0)
-        face_px = float(np.sqrt(max(mask.sum() / 255.0, 1.0)))
+        target_hull = _hull_mask(tgt_local, roi.shape)
+        face_px = _face_size(target_hull)
         if face_px < 6:
             return None
-        # Statistics from the inner face only: the hull's rim can hold hair or background.
-        e = max(3, int(face_px * 0.1)) | 1
-        inner = cv2.erode(mask, np.ones((e, e), np.uint8)) > 0
-        warped = transfer_colour_lab(warped, roi, inner if inner.sum() > 64 else mask > 0)
+        # Only where both faces are: past the target's hull (the far cheek of a turned head) the
+        # source would cover hair or background.
+        mask = source_hull & target_hull
+        if cfg.keep_mouth:
+            cv2.fillPoly(mask, [np.round(tgt_local[INNER_MOUTH]).astype(np.int32)], 0)
+        if cv2.countNonZero(mask) < 36:
+            return None
+        grow = _FEATURE_GROW * face_px
+        face = relight(warped, roi, _skin_weight(source_hull, local, grow),
+                       _skin_weight(target_hull, tgt_local, grow), source_hull, face_px)
         alpha = _feather_alpha(mask, face_px) if cfg.blend == "feather" else mask
-        return Patch(image=warped, alpha=alpha.astype(np.float32) * np.float32(1.0 / 255.0),
+        return Patch(image=face, alpha=alpha.astype(np.float32) * np.float32(1.0 / 255.0),
                      affine=translation(x0, y0), blend=cfg.blend)
 
 
 def _feather_alpha(mask: npt.NDArray[np.uint8], face_px: float) -> npt.NDArray[np.uint8]:
-    k = max(3, int(face_px * 0.08)) | 1
-    soft = cv2.erode(mask, np.ones((k // 2 + 1, k // 2 + 1), np.uint8))
-    return cv2.GaussianBlur(soft, (k, k), 0).astype(np.uint8, copy=False)
+    """The blend weight: ``mask`` blurred, 0.5 on its edge. Centred rather than inside the mask:
+    an eroded mask shrinks the source face by half the ramp all round, and its outline carries
+    identity (docs/CLASSIC.md)."""
+    k = max(3, int(face_px * _FEATHER)) | 1
+    return np.asarray(cv2.GaussianBlur(mask, (k, k), 0), np.uint8)

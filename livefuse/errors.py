@@ -9,6 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+MIN_FACE_PX = 80
+"""Smallest face width (px) to ask users for. Source: dlib's HOG frontal face detector (the
+offline engine's) looks for faces of about 80x80 px or larger at ``upsample=0`` (dlib's
+face_detection_ex.cpp: upsample once to find faces down to 40 px). Every "no face" message
+quotes this one number."""
+
 
 def _restore(cls: type[LivefuseError], args: tuple[Any, ...]) -> LivefuseError:
     """Unpickle helper: a ``cls`` instance with ``args`` set, without calling ``cls.__init__``."""
@@ -59,7 +65,7 @@ class NoFaceError(LivefuseError):
         where = f" '{path}'" if path is not None else ""
         super().__init__(
             f"no face in {role}{where}: use a photo where one face is clearly visible, "
-            "frontal, at least ~60 px wide"
+            f"frontal, at least ~{MIN_FACE_PX} px wide"
         )
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from livefuse.cli import main
+from livefuse.errors import MIN_FACE_PX
 from livefuse.imaging import load_image, save_image
 from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.io.video import probe, read_frames
@@ -76,7 +77,8 @@ def test_source_with_no_face(tmp_path: Path, t1_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
     src = save_image(tmp_path / "blank.png", np.full((200, 200, 3), 90, np.uint8))
     assert _run("-s", src, "-t", t1_path, "-o", tmp_path / "o.png") == 2
-    assert "no face in source" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no face in source" in err and f"at least ~{MIN_FACE_PX} px wide" in err
 
 
 def test_source_with_two_faces_is_deterministic(tmp_path: Path, t1_path: Path,
@@ -99,7 +101,8 @@ def test_nothing_swapped_exits_non_zero(tmp_path: Path, astronaut_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     target = save_image(tmp_path / "sky.jpg", np.full((240, 320, 3), 200, np.uint8))
     assert _run("-s", astronaut_path, "-t", target, "-o", tmp_path / "o.jpg") == 2
-    assert "no face was swapped" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no face was swapped" in err and f">= {MIN_FACE_PX} px wide" in err
     assert not (tmp_path / "o.jpg").exists()
 
 

@@ -103,13 +103,12 @@ def test_frames_flow_to_the_virtual_camera(clip_path: Path, source_face: LoadedI
     assert rec.shape == (180, 320, 3) and rec.dtype == np.uint8
     # 640x480 letterboxed into 320x180: black bars left and right, picture 240 px wide.
     assert rec[:, :38].max() == 0 and rec[:, 282:].max() == 0 and rec[:, 40:280].mean() > 30
-    # RGB order: the sink's frame equals the BGR output reversed (first frame is sent first).
+    # BGR order (PixelFormat.BGR): the sink's frame equals the output (first frame sent first).
     out = first[0]
-    expected = cv2.resize(out, (240, 180), interpolation=cv2.INTER_AREA)[..., ::-1]
+    expected = cv2.resize(out, (240, 180), interpolation=cv2.INTER_AREA)
     assert np.abs(RecordingBackend.frames[0][:, 40:280].astype(int) - expected).mean() < 1.0
     # The face region changed against the camera's frame.
-    raw = cv2.resize(_first_frame(clip_path), (240, 180),
-                     interpolation=cv2.INTER_AREA)[..., ::-1]
+    raw = cv2.resize(_first_frame(clip_path), (240, 180), interpolation=cv2.INTER_AREA)
     centre = (slice(60, 120), slice(90, 150))
     diff = np.abs(RecordingBackend.frames[0][:, 40:280][centre].astype(int) - raw[centre])
     assert diff.mean() > 8

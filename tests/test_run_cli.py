@@ -81,20 +81,51 @@ def test_source_with_no_face(tmp_path: Path, t1_path: Path,
     assert "no face in source" in err and f"at least ~{MIN_FACE_PX} px wide" in err
 
 
-def test_source_with_two_faces_is_deterministic(tmp_path: Path, t1_path: Path,
-                                                analyser) -> None:  # type: ignore[no-untyped-def]
-    """t1.jpg as a source: the largest face is used, and --source-face-index picks another."""
+def _centre(face) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    return float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2
+
+
+def test_source_with_several_faces_uses_the_largest_or_the_index(
+        t1_path: Path, analyser) -> None:  # type: ignore[no-untyped-def]
+    """t1.jpg as a source: six faces; the largest is the third from the left, centred near
+    (514, 362) (the clip fixtures zoom on it); index 0 is the left-most, near x = 117."""
     from livefuse.config import EngineConfig
     from livefuse.engine import Engine
 
-    faces = analyser.detect(load_image(t1_path).bgr)
-    largest = max(faces, key=lambda f: f.area)
     engine = Engine(EngineConfig(), analyser=analyser)
-    assert engine.set_source(load_image(t1_path)) is not None
-    np.testing.assert_allclose(engine.source_face.bbox, largest.bbox)
-    engine.set_source(load_image(t1_path), face_index=0)
-    np.testing.assert_allclose(engine.source_face.bbox, faces[0].bbox)
-    assert faces[0].bbox[0] == min(f.bbox[0] for f in faces)
+    cx, cy = _centre(engine.set_source(load_image(t1_path)))
+    assert abs(cx - 514) < 15 and abs(cy - 362) < 15
+    cx, _ = _centre(engine.set_source(load_image(t1_path), face_index=0))
+    assert cx < 150
+    assert _centre(engine.source_face)[0] == cx  # the index choice is the one kept
+    cx5, _ = _centre(engine.set_source(load_image(t1_path), face_index=5))
+    assert cx5 > 1100  # t1.jpg is 1280 px wide: index 5 is the right-most
+
+
+def test_equal_sized_source_faces_tie_to_the_left_most() -> None:
+    from livefuse.faces.selection import pick_source_face
+    from livefuse.types import Face
+
+    def face(x: float) -> Face:
+        return Face(bbox=np.array([x, 10, x + 100, 110], np.float32),
+                    kps=np.zeros((5, 2), np.float32), score=1.0)
+
+    faces = [face(20), face(300), face(600)]  # left to right, as analysers return them
+    assert pick_source_face(faces, None) is faces[0]
+    bigger = Face(bbox=np.array([600, 10, 701, 111], np.float32),
+                  kps=np.zeros((5, 2), np.float32), score=1.0)
+    assert pick_source_face([*faces[:2], bigger], None) is bigger
+
+
+def test_source_face_index_flag_reaches_the_source(tmp_path: Path, t1_path: Path,
+                                                   astronaut_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o.png"
+    assert _run("-s", t1_path, "-t", astronaut_path, "-o", out,
+                "--source-face-index", "9") == 2
+    err = capsys.readouterr().err
+    assert f"face index 9 is out of range: 6 faces found in '{t1_path}'" in err
+    assert not out.exists()
 
 
 def test_nothing_swapped_exits_non_zero(tmp_path: Path, astronaut_path: Path,

@@ -29,13 +29,15 @@ SAMPLES: dict[str, Any] = {
     "filename": "det_10g.onnx",
     "spec": CATALOG[0],
     "directory": Path("/models"),
+    "device": "/dev/video2",
+    "attempts": 3,
 }
 # Classes whose discovery proves the walk reaches every package (one per module family).
 EXPECTED = {
     "ImageLoadError", "VideoError", "NoFaceError", "FaceIndexError", "ConfigError",
     "UnknownModelError", "ModelDownloadError", "ModelMissingError", "ModelVerifyError",
     "ProviderError", "InswapperGraphError", "NothingSwappedError", "NeuralSwapError",
-    "VramError", "FaceModelError",
+    "VramError", "FaceModelError", "CameraError", "SourceFailedError", "UnknownPackError",
 }
 
 

@@ -39,6 +39,8 @@ def _sources(spec: catalog.ModelSpec) -> list[str]:
         lines += [f"  from {pack.filename} ({pack.size:,} B, SHA-256 {digest}):",
                   *(f"    {url}" for url in pack.urls),
                   "  mirrors, if the pack fails:" if spec.urls else "  no mirror"]
+    elif spec.urls:
+        lines.append("  from (in this order):")
     lines += [f"    {url}" for url in spec.urls]
     return lines
 

@@ -77,7 +77,10 @@ class Recording:
         return None
 
 
-pyvirtualcam.register_backend("recording", Recording)
+# pyvirtualcam's registry is global to the process: a name of its own, so another test
+# module's backend (test_live registers "recording") cannot replace this one
+BACKEND = "test-sinks-recording"
+pyvirtualcam.register_backend(BACKEND, Recording)
 BGR = encode_fourcc(pyvirtualcam.PixelFormat.BGR.value)
 RGB = encode_fourcc(pyvirtualcam.PixelFormat.RGB.value)
 
@@ -110,7 +113,7 @@ def test_vcam_sends_bgr_as_is_and_resends_its_own_copy(rec: type[Recording]) -> 
     sent_at: list[tuple[int, int]] = []
     frame = _pattern(24, 32)
     original = frame.copy()
-    with VirtualCameraSink(32, 24, 100, backend="recording",
+    with VirtualCameraSink(32, 24, 100, backend=BACKEND,
                            on_sent=lambda c, s: sent_at.append((c, s))) as cam:
         wait_for(lambda: cam.is_open, "the device to open")
         cam.send(frame, time.perf_counter_ns())
@@ -128,7 +131,7 @@ def test_vcam_sends_bgr_as_is_and_resends_its_own_copy(rec: type[Recording]) -> 
 
 def test_vcam_letterboxes_only_another_size(rec: type[Recording]) -> None:
     tall = _pattern(48, 32, seed=1)
-    with VirtualCameraSink(32, 24, 100, backend="recording") as cam:
+    with VirtualCameraSink(32, 24, 100, backend=BACKEND) as cam:
         wait_for(lambda: cam.is_open, "the device to open")
         cam.send(tall, 0)
         wait_for(lambda: len(rec.sent) >= 1, "a send")
@@ -139,7 +142,7 @@ def test_vcam_backend_without_bgr_gets_rgb(rec: type[Recording]) -> None:
     rec.refuse = {BGR}
     statuses: list[str] = []
     frame = _pattern(24, 32, seed=2)
-    with VirtualCameraSink(32, 24, 100, backend="recording", on_status=statuses.append) as cam:
+    with VirtualCameraSink(32, 24, 100, backend=BACKEND, on_status=statuses.append) as cam:
         wait_for(lambda: cam.is_open, "the device to open")
         cam.send(frame, 0)
         wait_for(lambda: len(rec.sent) >= 2, "a send and a re-send")
@@ -152,7 +155,7 @@ def test_vcam_backend_without_bgr_gets_rgb(rec: type[Recording]) -> None:
 def test_vcam_on_sent_once_per_new_frame_after_the_real_send(rec: type[Recording]) -> None:
     calls: list[tuple[int, int]] = []
     t_caps = []
-    with VirtualCameraSink(32, 24, 100, backend="recording",
+    with VirtualCameraSink(32, 24, 100, backend=BACKEND,
                            on_sent=lambda c, s: calls.append((c, s))) as cam:
         wait_for(lambda: cam.is_open, "the device to open")
         for i in range(3):
@@ -173,7 +176,7 @@ def test_vcam_on_sent_once_per_new_frame_after_the_real_send(rec: type[Recording
 def test_vcam_missing_device_counts_unsent_not_dropped(rec: type[Recording]) -> None:
     rec.absent = True
     statuses: list[str] = []
-    with VirtualCameraSink(32, 24, 30, backend="recording", on_status=statuses.append,
+    with VirtualCameraSink(32, 24, 30, backend=BACKEND, on_status=statuses.append,
                            retry_s=0.05) as cam:
         wait_for(lambda: any("virtual camera missing" in s for s in statuses), "the status")
         for _ in range(40):
@@ -184,7 +187,7 @@ def test_vcam_missing_device_counts_unsent_not_dropped(rec: type[Recording]) -> 
 
 def test_vcam_counts_a_drop_only_for_a_frame_replaced_unsent(rec: type[Recording]) -> None:
     rec.hold = threading.Event()
-    with VirtualCameraSink(32, 24, 100, backend="recording") as cam:
+    with VirtualCameraSink(32, 24, 100, backend=BACKEND) as cam:
         wait_for(lambda: cam.is_open, "the device to open")
         cam.send(np.full((24, 32, 3), 1, np.uint8), 0)
         wait_for(rec.entered.is_set, "the device to take frame 1")  # now busy sending it
@@ -197,7 +200,7 @@ def test_vcam_counts_a_drop_only_for_a_frame_replaced_unsent(rec: type[Recording
 
 
 def test_vcam_resends_and_toggles(rec: type[Recording]) -> None:
-    with VirtualCameraSink(32, 24, 100, backend="recording") as cam:
+    with VirtualCameraSink(32, 24, 100, backend=BACKEND) as cam:
         wait_for(lambda: cam.is_open, "the device to open")
         cam.send(np.zeros((24, 32, 3), np.uint8), time.perf_counter_ns())
         wait_for(lambda: len(rec.sent) >= 5, "one frame re-sent")

@@ -9,14 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from livefuse import __version__
-from livefuse.cli_args import add_engine_args, engine_config
+from livefuse.cli_args import HelpFormatter, add_engine_args, engine_config
 from livefuse.errors import LivefuseError
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
     add_engine_args(p)
     p.add_argument("--source-face-index", type=int, default=None,
-                   help="face of the source photo to use, left to right from 0 (default: largest)")
+                   help="face of the source photo to use, left to right from 0 (default: the "
+                        "largest, ties to the left-most)")
     p.add_argument("--reference", type=Path, default=None,
                    help="photo of the target person, for --face-selector reference")
 
@@ -87,13 +88,19 @@ def _gui_parser(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="livefuse", description="Real-time face swap for streamers.")
+        prog="livefuse", description="Real-time face swap for streamers. Without a command: "
+                                     "the desktop app.", formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"livefuse {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="-v info, -vv debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("run", help="swap a face into an image or a video (audio kept)")
+    p = sub.add_parser(
+        "run", help="swap a face into an image or a video (audio kept)",
+        description="Swap the face of a source photo into an image or a video file. Videos keep "
+                    "every audio stream untouched and every frame's timestamp; the output is "
+                    "written to a temporary file and renamed when complete, and never "
+                    "overwrites an input.", formatter_class=HelpFormatter)
     p.add_argument("--source", "-s", type=Path, required=True, help="photo of the source face")
     p.add_argument("--target", "-t", type=Path, required=True, help="image or video to change")
     p.add_argument("--output", "-o", type=Path, required=True, help="output image or video")
@@ -101,9 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_args(p)
     p.set_defaults(func=_cmd_run)
 
-    p = sub.add_parser("demo", help="offline demo on photos shipped with installed packages")
-    p.add_argument("--out", type=Path, default=Path("livefuse-demo"),
-                   help="output folder (default: ./livefuse-demo)")
+    p = sub.add_parser(
+        "demo", help="offline demo on photos shipped with installed packages",
+        description="Swap the astronaut onto the six faces of insightface's t1.jpg, then onto a "
+                    "3-second clip with camera motion and sound made from the same photo. "
+                    "Offline, CPU only, no model download.", formatter_class=HelpFormatter)
+    p.add_argument("--out", type=Path, default=Path("livefuse-demo"), help="output folder")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
 
@@ -115,7 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     live_cli.add_parser(sub)
     _gui_parser(sub)
 
-    p = sub.add_parser("bench", help="print the engine's fps table on the demo clip")
+    p = sub.add_parser(
+        "bench", help="print the engine's fps table on the demo clip",
+        description="Time the classic engine on the demo clip at 640x480 and 1280x720 for each "
+                    "detection interval and face selector, and print the fps table.",
+        formatter_class=HelpFormatter)
     p.add_argument("--frames", type=int, default=120, help="frames per table row")
     p.add_argument("--quality", action="store_true",
                    help="the quality gate instead: PSNR/SSIM of fp16, the cache, the enhancer "

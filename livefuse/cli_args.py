@@ -19,38 +19,55 @@ from livefuse.config import (
 )
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` that shows every option's default, except where the help text already says
+    it, where there is none (``None``) and for on/off flags (their default is "off")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if ("%(default)" in text or "default:" in text or action.default is None
+                or action.nargs == 0):
+            return text
+        return super()._get_help_string(action)
+
+
 def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = None,
                     face_selector: FaceSelector | None = None,
                     rotation: Rotation | None = None) -> None:
     """Add ``--engine --precision --backend --device --models-dir --face-selector
     --target-face-index --detect-every --blend --no-keep-mouth``; defaults from EngineConfig
-    unless given here."""
+    unless given here. Every help text names its default itself, so any parser shows them."""
     d = EngineConfig()
     p.add_argument("--engine", choices=RUN_ENGINE_CHOICES, default="auto",
-                   help="auto (default): neural when its models are present and verified, else "
-                        "classic; classic: offline, no download; neural: inswapper_128 with "
-                        "buffalo_l's det_10g detector and w600k_r50 recogniser (see "
-                        "`livefuse models`)")
+                   help="auto: neural when its models are present and verified, else classic; "
+                        "classic: offline, no download; neural: inswapper_128 with buffalo_l's "
+                        "det_10g detector and w600k_r50 recogniser (see `livefuse models`) "
+                        "(default: %(default)s)")
     p.add_argument("--precision", choices=PRECISION_CHOICES, default=d.precision,
-                   help="neural: auto = fp16 on CUDA with compute capability >= 7.0, else fp32")
+                   help="neural: auto = fp16 on CUDA with compute capability >= 7.0, else fp32 "
+                        "(default: %(default)s)")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default=d.backend,
-                   help="neural: our PyTorch port or onnxruntime")
-    p.add_argument("--device", default=d.device, help="neural: auto, cpu, cuda or cuda:N")
+                   help="neural: our PyTorch port or onnxruntime (default: %(default)s)")
+    p.add_argument("--device", default=d.device,
+                   help="neural: auto, cpu, cuda or cuda:N (default: %(default)s)")
     p.add_argument("--models-dir", default=None,
-                   help="neural: model folder (default $LIVEFUSE_MODELS_DIR or the user data dir)")
+                   help="neural: model folder (default: $LIVEFUSE_MODELS_DIR or the user data "
+                        "dir)")
     p.add_argument("--face-selector", choices=FACE_SELECTOR_CHOICES,
                    default=face_selector or d.face_selector,
                    help="one: the largest target face (or --target-face-index); many: every "
                         "face; reference: the face nearest to --reference (default: %(default)s)")
     p.add_argument("--target-face-index", type=int, default=None,
-                   help="with --face-selector one: the face to swap, counted left to right from 0")
+                   help="with --face-selector one: the face to swap, counted left to right from "
+                        "0 (default: the largest)")
     p.add_argument("--detect-every", type=int, default=detect_every or d.detect_every,
-                   metavar="K", help="run detection every K frames and track in between")
+                   metavar="K", help="run detection every K frames and track in between "
+                                     "(default: %(default)s)")
     p.add_argument("--blend", choices=BLEND_CHOICES, default=d.blend,
                    help="classic: feather (soft alpha edge, keeps identity) or seamless (Poisson "
                         "clone, washes identity out) (default: %(default)s)")
     p.add_argument("--no-keep-mouth", dest="keep_mouth", action="store_false",
-                   help="do not keep the target's inner mouth")
+                   help="do not keep the target's inner mouth (default: kept)")
     p.add_argument("--rotation", choices=ROTATION_CHOICES, default=rotation or d.rotation,
                    help="faces on their side or upside down: auto = try the frame turned by "
                         "90/180/270 degrees when no upright face is found; always = at every "
@@ -60,7 +77,7 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
                    help="neural: swap at this aligned size (the 128 px model on 2x2, 3x3 or 4x4 "
                         "sub-grids: sharper, 4/9/16x the work) (default: %(default)s)")
     p.add_argument("--no-smooth", dest="smooth", action="store_false",
-                   help="do not steady landmarks between frames (One-Euro filter)")
+                   help="do not steady landmarks between frames (One-Euro filter; default: on)")
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:

@@ -7,10 +7,35 @@ never sees a traceback from deep inside OpenCV, dlib or FFmpeg.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+MIN_FACE_PX = 80
+"""Smallest face width (px) to ask users for. Source: dlib's HOG frontal face detector (the
+offline engine's) looks for faces of about 80x80 px or larger at ``upsample=0`` (dlib's
+face_detection_ex.cpp: upsample once to find faces down to 40 px). Every "no face" message
+quotes this one number."""
+
+
+def _restore(cls: type[LivefuseError], args: tuple[Any, ...]) -> LivefuseError:
+    """Unpickle helper: a ``cls`` instance with ``args`` set, without calling ``cls.__init__``."""
+    err = cls.__new__(cls)
+    err.args = args
+    return err
 
 
 class LivefuseError(Exception):
-    """Base class for every error that is the input's fault, not a bug."""
+    """Base class for every error that is the input's fault, not a bug.
+
+    Instances survive :mod:`pickle` (a worker process reports them to its parent) with their type,
+    message and attributes, whatever a subclass's ``__init__`` signature: the default exception
+    pickling calls ``cls(*self.args)``, which breaks for any subclass whose constructor takes
+    other arguments than its message (``ImageLoadError(path, problem)`` got only the message).
+    Here the state is restored as it was instead; ``__init__`` is not run again, so the message
+    is the original one. Every attribute must itself be picklable.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (type(self), self.args), self.__dict__ or None)
 
 
 class ImageLoadError(LivefuseError):
@@ -39,11 +64,12 @@ class NoFaceError(LivefuseError):
         """``rejected``: why the detections that were found were not faces, when some were."""
         self.path = None if path is None else Path(path)
         self.rejected = rejected
+        self.role = role
         where = f" '{path}'" if path is not None else ""
         why = f" ({rejected})" if rejected else ""
         super().__init__(
             f"no face in {role}{where}{why}: use a photo where one face is clearly visible, "
-            "frontal, at least ~60 px wide"
+            f"frontal, at least ~{MIN_FACE_PX} px wide"
         )
 
 
@@ -51,6 +77,8 @@ class FaceIndexError(LivefuseError):
     """A requested face index does not exist in an image."""
 
     def __init__(self, index: int, count: int, path: str | Path | None = None) -> None:
+        self.index, self.count = index, count
+        self.path = None if path is None else Path(path)
         where = f" in '{path}'" if path is not None else ""
         faces = "face" if count == 1 else "faces"
         super().__init__(

@@ -114,8 +114,10 @@ class LiveRunner:
         self._factory = factory
         self._engine: EngineLike | None = engine
         self.source = source
-        self._sinks = list(sinks)
         self.metrics = metrics or Metrics()
+        self._watched: set[int] = set()
+        self._sinks = list(sinks)
+        self._watch(self._sinks)
         self._on_status = on_status or (lambda s: None)
         self._source_face = source_face
         self._face_index = face_index
@@ -156,7 +158,9 @@ class LiveRunner:
     def capture_failed(self) -> str | None:
         """Why the capture gave up (``max_open_attempts`` failed opens in a row), or ``None``."""
         capture = self._capture
-        return capture.failed if capture is not None else None
+        if capture is None or capture.error is None:
+            return None
+        return str(capture.error)
 
     @property
     def statuses(self) -> list[str]:
@@ -199,13 +203,16 @@ class LiveRunner:
     def replace_source(self, source: Source, max_open_attempts: int | None = None,
                        timeout: float = 1.0) -> None:
         """Switch to another frame source while the engine keeps running: the old capture
-        thread is stopped (up to ``timeout`` s), the new one started."""
+        thread is stopped (up to ``timeout`` s; a camera must be released before it can be
+        opened again), then the new one started."""
         with self._lock:
             old = self._capture
             self.source, self.max_open_attempts = source, max_open_attempts
-            if old is None or self._stop.is_set():
+        if old is not None:
+            old.stop(timeout)  # outside the lock: the inference thread keeps taking frames
+        with self._lock:
+            if old is None or self._stop.is_set() or self._capture is not old:
                 return
-            old.stop(timeout)
             self._capture = self._new_capture(source, max_open_attempts)
             self._capture.start()
 
@@ -222,13 +229,14 @@ class LiveRunner:
             self._stop.set()
             if self._slot is not None:
                 self._slot.close()
-            t = self._thread
-            if t is not None:
-                t.join(max(0.0, deadline - time.monotonic()))
-            cap_ok = True
-            if self._capture is not None:
-                cap_ok = self._capture.stop(max(0.0, deadline - time.monotonic()))
-            return cap_ok and (t is None or not t.is_alive())
+            t, capture = self._thread, self._capture
+        # joined outside the lock: the inference thread takes it at every frame boundary
+        if t is not None:
+            t.join(max(0.0, deadline - time.monotonic()))
+        cap_ok = True
+        if capture is not None:
+            cap_ok = capture.stop(max(0.0, deadline - time.monotonic()))
+        return cap_ok and (t is None or not t.is_alive())
 
     def apply(self, config: AppConfig | None = None, source_face: LoadedImage | None = None,
               face_index: int | None = None, face: Face | None = None) -> None:
@@ -275,7 +283,15 @@ class LiveRunner:
         with self._lock:
             sinks, self._pending.sinks = self._pending.sinks, None
         if sinks is not None:
+            self._watch(sinks)
             self._sinks = sinks
+
+    def _watch(self, sinks: Sequence[Sink]) -> None:
+        # a sink that reports its real send time (the virtual camera) ends the latency there
+        for sink in sinks:
+            if id(sink) not in self._watched:
+                self._watched.add(id(sink))
+                sink.watch_sent(self.metrics.frame_out)
 
     def _take_pending(self) -> None:
         self._take_sinks()
@@ -370,6 +386,8 @@ class LiveRunner:
                     self.status(f"sink {sink.name} failed: {exc}")
                 timed = timed or sink.reports_sent
                 self.metrics.set_dropped(f"->{sink.name}", sink.dropped)
+                if sink.unsent:
+                    self.metrics.set_unsent(sink.name, sink.unsent)
             self.frames_out += 1
             if not timed:  # else the sink reports the real send time (Metrics.frame_out)
                 self.metrics.frame_out(t_cap)

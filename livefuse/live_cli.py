@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from livefuse.cli_args import add_engine_args, engine_config
+from livefuse.cli_args import HelpFormatter, add_engine_args, engine_config
 from livefuse.config import AppConfig, CacheConfig, CaptureConfig, OutputConfig
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import load_image
@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> None:
         "live", help="live face swap from a camera or video to a virtual camera",
         description="Headless live session: camera (or a video file) in; virtual camera "
                     "and/or a recording out. Prints a metrics line every second; Ctrl-C stops.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("--source", "-s", required=True, type=Path,
                    help="photo of the source face")
     inp = p.add_mutually_exclusive_group()

@@ -58,7 +58,8 @@ class MetricsSnapshot:
         latency_p50_ms, latency_p95_ms: send time minus capture time, over the window: the
             virtual camera's send when one is open, else the hand-off to the sinks.
         frames_in, frames_processed, frames_out: counts since start.
-        dropped: frames dropped at each hand-off (``capture->engine``, ``engine->sinks``, per sink).
+        dropped: frames dropped at each hand-off (``capture->engine``, per sink).
+        unsent: per sink, frames it had nowhere to send (a virtual camera without a device).
         cache_hits, cache_misses, cache_forced_refreshes: pose-similarity cache counters.
         vram_allocated_mib, vram_reserved_mib: torch's CUDA allocator, ``None`` without CUDA.
         vram_process_mib: this process's GPU memory per NVML, ``None`` without a GPU.
@@ -75,6 +76,7 @@ class MetricsSnapshot:
     frames_processed: int = 0
     frames_out: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    unsent: dict[str, int] = field(default_factory=dict)
     cache_hits: int = 0
     cache_misses: int = 0
     cache_forced_refreshes: int = 0
@@ -89,13 +91,15 @@ class MetricsSnapshot:
                f"{self.latency_p50_ms:.0f}/{self.latency_p95_ms:.0f} ms")
         stages = " ".join(f"{k} {v:.1f}" for k, v in sorted(self.stage_ms.items())) or "-"
         drops = sum(self.dropped.values())
+        unsent = sum(self.unsent.values())
         total = self.cache_hits + self.cache_misses + self.cache_forced_refreshes
         cache = f"cache {self.cache_hits / total:.0%}" if total else "cache -"
         mem = "" if self.rss_mib is None else f" rss {self.rss_mib:.0f} MiB"
         if self.vram_process_mib is not None:
             mem += f" vram {self.vram_process_mib:.0f} MiB"
         return (f"in {self.input_fps:.1f} proc {self.processed_fps:.1f} out {self.output_fps:.1f}"
-                f" fps | latency p50/p95 {lat} | {stages} ms | dropped {drops} | {cache}{mem}")
+                f" fps | latency p50/p95 {lat} | {stages} ms | dropped {drops}"
+                + (f" (+{unsent} unsent: no device)" if unsent else "") + f" | {cache}{mem}")
 
 
 def _rss_mib() -> float | None:
@@ -158,6 +162,7 @@ class Metrics:
         self._stages: dict[str, deque[float]] = {}
         self._window = window
         self._dropped: dict[str, int] = {}
+        self._unsent: dict[str, int] = {}
         self._cache = (0, 0, 0)
         self._nvml = _Nvml()
 
@@ -192,6 +197,10 @@ class Metrics:
         with self._lock:
             self._dropped[where] = count
 
+    def set_unsent(self, where: str, count: int) -> None:
+        with self._lock:
+            self._unsent[where] = count
+
     def set_cache(self, hits: int, misses: int, forced_refreshes: int) -> None:
         with self._lock:
             self._cache = (hits, misses, forced_refreshes)
@@ -211,6 +220,7 @@ class Metrics:
                 latency_p95_ms=None if lat is None else float(np.percentile(lat, 95)),
                 frames_in=self._input.count, frames_processed=self._processed.count,
                 frames_out=self._output.count, dropped=dict(self._dropped),
+                unsent=dict(self._unsent),
                 cache_hits=self._cache[0], cache_misses=self._cache[1],
                 cache_forced_refreshes=self._cache[2])
         if memory:

@@ -9,7 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from livefuse.engine import Engine
-from livefuse.errors import LivefuseError
+from livefuse.errors import MIN_FACE_PX, LivefuseError
 from livefuse.imaging import is_image_path, load_image, save_image
 from livefuse.io.video import is_video_path, probe, transcode
 from livefuse.types import Frame
@@ -67,7 +67,7 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
     summary.seconds = time.perf_counter() - t0
     if packet.swapped == 0:
         raise NothingSwappedError(f"no face was swapped in '{target}': no face found "
-                                  "(faces need to be roughly frontal and >= 80 px wide)")
+                                  f"(faces need to be roughly frontal, >= {MIN_FACE_PX} px wide)")
     save_image(output, packet.output, img.alpha)
     return summary
 

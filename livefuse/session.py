@@ -210,9 +210,9 @@ class Session:
         if key.kind == "vcam":
             w, h, fps, device = key.detail
             return VirtualCameraSink(w, h, fps, device=device, backend=self._vcam_backend,
-                                     on_status=self._status, on_sent=self.metrics.frame_out)
+                                     on_status=self._status)
         path, fps = key.detail
-        return RecorderSink(path, fps=fps)
+        return RecorderSink(path, fps=fps, on_status=self._status)
 
     def _sync_sinks(self) -> list[Sink]:
         """Make the sink set match the config; returns the sinks to close once let go of."""

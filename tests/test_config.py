@@ -19,8 +19,27 @@ from livefuse.config import (
 from livefuse.errors import ConfigError
 
 
-def test_defaults_validate() -> None:
-    assert AppConfig().validate() == AppConfig()
+def test_defaults_are_the_documented_ones_and_validate() -> None:
+    cfg = AppConfig()
+    assert cfg.validate() is cfg  # valid as shipped; validate returns the value unchanged
+    # README / --help: offline classic engine, every face for `run`, feather blend, exact
+    # detection each frame; the cache's 0.8 threshold and 5-frame refresh are the measured ones
+    e, c = cfg.engine, cfg.cache
+    assert (e.engine, e.precision, e.backend, e.device) == ("classic", "auto", "torch", "auto")
+    assert (e.face_selector, e.target_face_index, e.detect_every) == ("many", None, 1)
+    assert (e.blend, e.keep_mouth, e.models_dir) == ("feather", True, None)
+    assert (c.enabled, c.threshold, c.refresh_every_n) == (True, 0.8, 5)
+
+
+@pytest.mark.parametrize(("cfg", "field"), [
+    (AppConfig(engine=EngineConfig(detect_every=0)), "detect_every"),
+    (AppConfig(engine=EngineConfig(device="gpu")), "device"),
+    (AppConfig(cache=CacheConfig(threshold=1.5)), "threshold"),
+    (AppConfig(cache=CacheConfig(refresh_every_n=0)), "refresh_every_n"),
+])
+def test_app_config_validates_both_parts(cfg: AppConfig, field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        cfg.validate()
 
 
 def test_config_is_frozen() -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import io
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -61,13 +64,48 @@ def test_auto_precision(name: str | None, cc: tuple[int, int] | None, want: str)
     assert got == want and why
 
 
-def test_collect_reports_torch_without_gpu_and_models_missing(tmp_path: Path) -> None:
-    checks = _by_name(doctor.collect(tmp_path))
+def _fake_module(name: str, **attrs: object) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None)  # find_spec needs one
+    mod.__dict__.update(attrs)
+    return mod
+
+
+def _fake_torch(gpu: tuple[str, tuple[int, int]] | None) -> types.ModuleType:
+    cuda = types.SimpleNamespace(is_available=lambda: gpu is not None,
+                                 get_device_name=lambda i: gpu[0] if gpu else "",
+                                 get_device_capability=lambda i: gpu[1] if gpu else (0, 0))
+    return _fake_module("torch", __version__="9.9.9", cuda=cuda,
+                        version=types.SimpleNamespace(cuda="12.8" if gpu else None))
+
+
+@pytest.mark.parametrize(("gpu", "torch_line", "gpu_line", "precision"), [
+    (None, "torch 9.9.9 (CPU-only build)", "no CUDA device visible to torch", "auto -> fp32 ("),
+    (("NVIDIA H200", (9, 0)), "torch 9.9.9 (CUDA 12.8)", "NVIDIA H200, compute capability 9.0",
+     "auto -> fp16 ("),
+    (("NVIDIA GeForce GTX 1660 SUPER", (7, 5)), "torch 9.9.9 (CUDA 12.8)",
+     "NVIDIA GeForce GTX 1660 SUPER, compute capability 7.5", "auto -> fp32 ("),
+])
+def test_collect_reports_the_machine_it_is_shown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        gpu: tuple[str, tuple[int, int]] | None, torch_line: str, gpu_line: str,
+        precision: str) -> None:
+    """A fake torch and onnxruntime with fixed answers: each line says what they said."""
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(gpu))
+    monkeypatch.setitem(sys.modules, "onnxruntime", _fake_module(
+        "onnxruntime", get_available_providers=lambda: ["CPUExecutionProvider"]))
+    monkeypatch.setattr(doctor, "check_fused_kernel",
+                        lambda: doctor.Check("fused kernel", "ok", "fake"))
+    checks = _by_name(doctor.collect(tmp_path, version_of=_versions(onnxruntime="1.32.0")))
     assert checks["python"].level == "ok"
-    assert "torch" in checks and checks["precision"].summary.startswith("auto -> fp32 (")
+    assert checks["torch"].summary == torch_line
+    assert checks["gpu"].summary.startswith(gpu_line)
+    assert checks["precision"].summary.startswith(precision)
+    assert ("fused kernel" in checks) == (gpu is not None)  # only probed with a CUDA device
+    assert checks["providers"].summary == "CPUExecutionProvider"
+    assert checks["providers"].level == "warn"  # CPU only: the neural swapper will be slow
     assert checks["model det_10g"].summary == "missing"
     assert checks["model det_10g"].detail == ("livefuse models fetch det_10g",)
-    assert "CPUExecutionProvider" in checks["providers"].summary
 
 
 def test_torch_not_installed_is_info_not_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,15 +157,29 @@ def test_corrupt_model_fails_and_print_report(tmp_path: Path) -> None:
     assert "[FAIL] model w600k_r50" in text and "[ ok ] python" in text
 
 
-def test_doctor_subcommand_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_subcommand_exit_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Probes with fixed answers (a healthy machine); only the models folder varies."""
+    ok = doctor.Check
+    monkeypatch.setattr(doctor, "check_python", lambda: ok("python", "ok", "Python 3.11"))
+    monkeypatch.setattr(doctor, "check_torch", lambda: [ok("torch", "ok", "torch")])
+    monkeypatch.setattr(doctor, "check_onnxruntime", lambda v: [ok("onnxruntime", "ok", "ort")])
+    monkeypatch.setattr(doctor, "check_cameras",
+                        lambda p, s: [ok("virtual camera", "warn", "none"),
+                                      ok("cameras", "info", "none")])
     parser = argparse.ArgumentParser()
     models_cli.add_doctor_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["doctor", "--models-dir", str(tmp_path)])
-    expected = int(any(c.level == "fail" for c in doctor.collect(tmp_path)))
-    assert args.func(args) == expected  # missing models are only "info"
-    assert "model inswapper_128" in capsys.readouterr().out
+    assert args.func(args) == 0  # missing models are only "info", a warning is not a failure
+    out = capsys.readouterr().out
+    assert "[info] model inswapper_128" in out and "[WARN] virtual camera" in out
     (tmp_path / "det_10g.onnx").write_bytes(b"")
-    assert args.func(args) == 1
+    assert args.func(args) == 1  # a corrupt model is
+    assert "[FAIL] model det_10g" in capsys.readouterr().out
+    (tmp_path / "det_10g.onnx").unlink()
+    monkeypatch.setattr(doctor, "check_onnxruntime",
+                        lambda v: [ok("onnxruntime", "fail", "conflicting distributions")])
+    assert args.func(args) == 1  # and so is any failed probe
 
 
 def test_fused_kernel_check_says_whether_triton_runs_the_norm(

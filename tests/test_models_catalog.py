@@ -60,10 +60,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _fake_catalog(monkeypatch: pytest.MonkeyPatch, data: bytes) -> catalog.ModelSpec:
+    """det_10g re-described as ``data``, every URL (its pack's too) on a closed local port."""
     spec = replace(catalog.get_spec("det_10g"), size=len(data),
                    sha256=hashlib.sha256(data).hexdigest(), urls=("http://127.0.0.1:9/x",))
     rows = tuple(spec if s.name == "det_10g" else s for s in catalog.CATALOG)
+    packs = tuple(replace(p, urls=(f"http://127.0.0.1:9/{p.filename}",)) for p in catalog.PACKS)
     monkeypatch.setattr(catalog, "CATALOG", rows)
+    monkeypatch.setattr(catalog, "PACKS", packs)
     monkeypatch.setattr(models_cli, "CATALOG", rows)
     return spec
 
@@ -136,4 +139,60 @@ def test_fetch_without_network_names_file_and_import(tmp_path: Path,
                    "--timeout", "2"])
     with pytest.raises(dl.ModelDownloadError) as err:
         args.func(args)
-    assert "det_10g.onnx" in str(err.value) and "livefuse models import PATH" in str(err.value)
+    msg = str(err.value)
+    assert "det_10g.onnx" in msg and "livefuse models import PATH" in msg
+    # the pack's zip first, then the row's mirror; each named once
+    assert msg.index("127.0.0.1:9/buffalo_l.zip") < msg.index("127.0.0.1:9/x")
+    assert msg.count("127.0.0.1:9/x") == 1
+
+
+def test_list_verbose_shows_digest_and_every_url(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    args = _parse(["models", "list", "-v", "--models-dir", str(tmp_path)])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    for spec in catalog.CATALOG:
+        assert spec.sha256 is not None and spec.sha256 in out
+        for url in spec.urls:
+            assert out.count(url) == 1, url
+    pack = catalog.get_pack("buffalo_l")
+    assert out.count(pack.urls[0]) == len(pack.members)  # listed under each member
+    assert pack.sha256 is not None and pack.sha256 in out and "288,621,354 B" in out
+    det = out[out.index("\ndet_10g ("):out.index("\nw600k_r50 (")]
+    assert det.index(pack.urls[0]) < det.index(catalog.get_spec("det_10g").urls[0])
+    args = _parse(["models", "list", "--models-dir", str(tmp_path)])
+    args.func(args)
+    assert "SHA-256" not in capsys.readouterr().out  # only with -v
+
+
+def test_import_a_pack_zip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+    import zipfile
+
+    det, rec = b"fake det" * 500, b"fake rec" * 700
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("det_10g.onnx", det)
+        zf.writestr("w600k_r50.onnx", rec)
+    blob = buf.getvalue()
+    rows = tuple(replace(s, size=len(d), sha256=hashlib.sha256(d).hexdigest())
+                 if (d := {"det_10g": det, "w600k_r50": rec}.get(s.name)) else s
+                 for s in catalog.CATALOG)
+    pack = replace(catalog.get_pack("buffalo_l"), size=len(blob),
+                   sha256=hashlib.sha256(blob).hexdigest())
+    monkeypatch.setattr(catalog, "CATALOG", rows)
+    monkeypatch.setattr(catalog, "PACKS", (pack,))
+    src = tmp_path / "Downloads" / "buffalo_l.zip"
+    src.parent.mkdir()
+    src.write_bytes(blob)
+    models = tmp_path / "models"
+    args = _parse(["models", "--models-dir", str(models), "import", str(src)])
+    assert args.func(args) == 0
+    assert (models / "det_10g.onnx").read_bytes() == det
+    assert (models / "w600k_r50.onnx").read_bytes() == rec
+    assert src.read_bytes() == blob  # the user's zip is left as it was
+    assert "det_10g: present" in capsys.readouterr().out
+    src.write_bytes(blob[:-1] + b"!")
+    with pytest.raises(dl.ModelVerifyError, match=r"it is not buffalo_l\.zip"):
+        args.func(args)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import sys
+import types
+from typing import Any
 
 import numpy as np
 import pytest
@@ -51,8 +54,38 @@ def test_bad_request_raises() -> None:
         resolve_precision("fp8", CPU)
 
 
-def test_probe_cpu_device() -> None:
-    assert probe_device("cpu") == DeviceInfo("cpu")
+def _fake_torch(available: bool, names: dict[int, tuple[str, tuple[int, int]]]) -> Any:
+    """A stand-in for ``torch`` with a fixed CUDA answer (device index -> name, capability)."""
+    cuda = types.SimpleNamespace(
+        is_available=lambda: available,
+        get_device_name=lambda i: names[i][0],
+        get_device_capability=lambda i: names[i][1])
+
+    class Device:
+        def __init__(self, spec: str) -> None:
+            self.index = int(spec.split(":")[1]) if ":" in spec else None
+
+    return types.SimpleNamespace(cuda=cuda, device=Device)
+
+
+def test_probe_cpu_needs_no_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    info = probe_device("cpu")
+    assert (info.kind, info.name, info.compute_capability) == ("cpu", "cpu", None)
+    assert resolve_precision("auto", info)[0] == "fp32"
+
+
+def test_probe_cuda_reads_the_named_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(True, {
+        0: ("NVIDIA GeForce GTX 1660 SUPER", (7, 5)), 1: ("NVIDIA H200", (9, 0))}))
+    assert probe_device("cuda") == GTX1660
+    assert probe_device("cuda:1") == H200
+    assert resolve_precision("auto", probe_device("cuda:1"))[0] == "fp16"
+
+
+def test_probe_cuda_without_a_gpu_falls_back_to_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(False, {}))
+    assert probe_device("cuda:0") == CPU
 
 
 def test_guard_reasons() -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from livefuse.cli import main
+from livefuse.errors import MIN_FACE_PX
 from livefuse.imaging import load_image, save_image
 from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.io.video import probe, read_frames
@@ -76,7 +77,8 @@ def test_source_with_no_face(tmp_path: Path, t1_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
     src = save_image(tmp_path / "blank.png", np.full((200, 200, 3), 90, np.uint8))
     assert _run("-s", src, "-t", t1_path, "-o", tmp_path / "o.png") == 2
-    assert "no face in source" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no face in source" in err and f"at least ~{MIN_FACE_PX} px wide" in err
 
 
 def test_source_with_two_faces_is_deterministic(tmp_path: Path, t1_path: Path,
@@ -98,11 +100,41 @@ def test_source_with_two_faces_is_deterministic(tmp_path: Path, t1_path: Path,
     assert faces[0].bbox[0] == min(f.bbox[0] for f in faces)
 
 
+def _centre(face) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    return float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2
+
+
+def test_source_face_index_counts_left_to_right(t1_path: Path,
+                                                analyser) -> None:  # type: ignore[no-untyped-def]
+    """t1.jpg as a source: index 0 is the left-most face, near x = 117; index 5 the right-most."""
+    from livefuse.config import EngineConfig
+    from livefuse.engine import Engine
+
+    engine = Engine(EngineConfig(), analyser=analyser)
+    cx, _ = _centre(engine.set_source(load_image(t1_path), face_index=0))
+    assert cx < 150
+    assert _centre(engine.source_face)[0] == cx  # the index choice is the one kept
+    cx5, _ = _centre(engine.set_source(load_image(t1_path), face_index=5))
+    assert cx5 > 1100  # t1.jpg is 1280 px wide: index 5 is the right-most
+
+
+def test_source_face_index_flag_reaches_the_source(tmp_path: Path, t1_path: Path,
+                                                   astronaut_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o.png"
+    assert _run("-s", t1_path, "-t", astronaut_path, "-o", out,
+                "--source-face-index", "9") == 2
+    err = capsys.readouterr().err
+    assert f"face index 9 is out of range: 6 faces found in '{t1_path}'" in err
+    assert not out.exists()
+
+
 def test_nothing_swapped_exits_non_zero(tmp_path: Path, astronaut_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     target = save_image(tmp_path / "sky.jpg", np.full((240, 320, 3), 200, np.uint8))
     assert _run("-s", astronaut_path, "-t", target, "-o", tmp_path / "o.jpg") == 2
-    assert "no face was swapped" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no face was swapped" in err and f">= {MIN_FACE_PX} px wide" in err
     assert not (tmp_path / "o.jpg").exists()
 
 

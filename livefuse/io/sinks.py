@@ -7,6 +7,7 @@ hand the frame to their own thread through a one-frame slot (a busy consumer dro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -50,13 +51,19 @@ class Sink:
     Attributes:
         name: shown in metrics and status lines.
         dropped: frames this sink really dropped (replaced before it could send them).
+        unsent: frames it had nowhere to send (the virtual camera with no device open): not drops.
         reports_sent: ``True`` while the sink reports each frame's real send time itself (the
             virtual camera's ``on_sent``); the runner then leaves the latency to it.
     """
 
     name = "sink"
     dropped = 0
+    unsent = 0
     reports_sent = False
+
+    def watch_sent(self, fn: Callable[[int, int], None]) -> None:
+        """Have ``fn(t_capture_ns, t_sent_ns)`` called at each real send of a new frame, from the
+        sink's own thread; sinks whose send is the hand-off itself ignore it."""
 
     def send(self, frame: Frame, t_capture_ns: int) -> None:
         raise NotImplementedError
@@ -80,17 +87,34 @@ def native_vcam_backend() -> str:
 class VirtualCameraSink(Sink):
     """Frames to a virtual camera through pyvirtualcam, paced on the sink's own thread.
 
-    The output thread sends the newest frame (RGB, letterboxed to the camera's size) once per
-    camera frame period, re-sending the last one when none came, and paces itself with
-    ``pyvirtualcam.Camera.sleep_until_next_frame``. A missing or busy device gives a status
-    (``virtual camera missing: ...``) and the sink retries every ``retry_s``; everything else
-    keeps running. :meth:`set_enabled` turns it off and on while running.
+    The output thread sends the newest frame once per camera frame period, re-sending the last
+    one when none came, and paces itself with ``pyvirtualcam.Camera.sleep_until_next_frame``.
+    Frames go out as BGR (``PixelFormat.BGR``, which every built-in pyvirtualcam backend takes:
+    v4l2loopback, OBS on Windows and macOS, Unity Capture); a backend that refuses BGR is opened
+    in RGB and each new frame is converted once with OpenCV. Each new frame is copied (or
+    letterboxed, when its size differs from the camera's) once into a buffer the sink owns, and
+    re-sends send that buffer: the caller's array is never read again after its frame was taken.
+
+    A missing or busy device gives a status (``virtual camera missing: ...``) and the sink
+    retries every ``retry_s``; everything else keeps running. :meth:`set_enabled` turns it off
+    and on while running.
+
+    Counters (read from any thread):
+        frames_sent: every frame handed to the device, re-sends included.
+        frames_new: new frames handed to the device (one ``on_sent`` call each).
+        dropped: frames replaced before the output thread could send them while a device was
+            open (really lost).
+        unsent: frames offered while no device was open ("not sent (no device)"); they are not
+            drops: there was nowhere to send them.
 
     Args:
         width, height, fps: the virtual camera's format.
-        device, backend: passed to ``pyvirtualcam.Camera`` (``None``: the first that works).
-        on_status: receives status lines.
-        on_sent: ``(t_capture_ns, t_sent_ns)`` after each *new* frame is sent (latency).
+        device, backend: passed to ``pyvirtualcam.Camera`` (``backend=None``: this OS's native
+            one, see :func:`native_vcam_backend`).
+        on_status: receives status lines (called on the output thread).
+        on_sent: ``(t_capture_ns, t_sent_ns)`` on the output thread right after each *new* frame
+            was handed to the device (both ``time.perf_counter_ns``), for the latency metric;
+            re-sends do not call it.
     """
 
     name = "virtual camera"
@@ -105,13 +129,17 @@ class VirtualCameraSink(Sink):
         self.device, self.retry_s = device, retry_s
         self.backend = backend or native_vcam_backend()
         self.on_status, self.on_sent = on_status, on_sent
+        self._watchers: list[Callable[[int, int], None]] = []
         self._slot: LatestSlot[tuple[Frame, int]] = LatestSlot()
         self._enabled = threading.Event()
         self._enabled.set()
-        self._stop = threading.Event()
         self._device_open = threading.Event()
+        self._stop = threading.Event()
         self.frames_sent = 0
+        self.frames_new = 0
+        self.unsent = 0
         self.device_name: str | None = None
+        self.rgb_fallback = False
         self._thread = threading.Thread(target=self._run, name="livefuse-vcam", daemon=True)
         self._thread.start()
 
@@ -121,11 +149,28 @@ class VirtualCameraSink(Sink):
 
     @property
     def reports_sent(self) -> bool:  # type: ignore[override]
-        return self.on_sent is not None and self._device_open.is_set()
+        return bool(self._watchers) and self._device_open.is_set()
+
+    def watch_sent(self, fn: Callable[[int, int], None]) -> None:
+        self._watchers.append(fn)
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a device is open and taking frames now."""
+        return self._device_open.is_set()
 
     def send(self, frame: Frame, t_capture_ns: int) -> None:
-        if self._enabled.is_set():
-            self._slot.put((frame, t_capture_ns))
+        """Offer a ``(H, W, 3) uint8 BGR`` frame (inference thread; never blocks).
+
+        The array is read on the output thread when it takes the frame, so it must not be
+        written to until the next ``send``; it is never read after that.
+        """
+        if not self._enabled.is_set():
+            return
+        if not self._device_open.is_set():
+            self.unsent += 1  # nowhere to send it: not a drop
+            return
+        self._slot.put((frame, t_capture_ns))
 
     def set_enabled(self, on: bool) -> None:
         """Turn the output off (the device is released) or on again (it is reopened)."""
@@ -137,8 +182,22 @@ class VirtualCameraSink(Sink):
     def _open(self) -> Any:
         import pyvirtualcam
 
-        return pyvirtualcam.Camera(self.width, self.height, self.fps, device=self.device,
-                                   backend=self.backend, fmt=pyvirtualcam.PixelFormat.RGB)
+        def camera(fmt: Any) -> Any:
+            return pyvirtualcam.Camera(self.width, self.height, self.fps, device=self.device,
+                                       backend=self.backend, fmt=fmt)
+
+        try:
+            cam = camera(pyvirtualcam.PixelFormat.BGR)
+            self.rgb_fallback = False
+            return cam
+        except Exception as bgr_exc:
+            try:
+                cam = camera(pyvirtualcam.PixelFormat.RGB)
+            except Exception:
+                raise bgr_exc from None  # no device at all: report the first reason
+        self.rgb_fallback = True
+        self.on_status(f"virtual camera: backend '{self.backend}' refuses BGR; converting to RGB")
+        return cam
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -161,10 +220,34 @@ class VirtualCameraSink(Sink):
                 self._stop.wait(self.retry_s)
             finally:
                 self._device_open.clear()
+                self._discard_pending()
                 cam.close()
                 self.on_status("virtual camera off")
 
+    def _discard_pending(self) -> None:
+        # A frame waiting when the device went away is stale by the time one reopens.
+        with contextlib.suppress(SlotClosed):
+            self._slot.get(timeout=0)
+
+    def _convert(self, frame: Frame, buf: Frame | None) -> Frame:
+        """``frame`` in the camera's size and pixel order, in a buffer the sink owns (``buf``
+        is reused when given)."""
+        h, w = frame.shape[:2]
+        if (w, h) != (self.width, self.height):
+            frame = letterbox(frame, self.width, self.height)  # a new array: already ours
+            if not self.rgb_fallback:
+                return frame
+        if buf is None:
+            buf = np.empty((self.height, self.width, 3), np.uint8)
+        if self.rgb_fallback:
+            cv2.cvtColor(frame, cv2.COLOR_BGR2RGB, dst=buf)
+        else:
+            np.copyto(buf, frame)
+        return buf
+
     def _serve(self, cam: Any) -> None:
+        # pyvirtualcam's send copies the frame into the backend before it returns, so one
+        # buffer is enough: the next new frame is converted into it.
         last: Frame | None = None
         period = 1.0 / self.fps
         while not self._stop.is_set() and self._enabled.is_set():
@@ -174,13 +257,20 @@ class VirtualCameraSink(Sink):
                 return
             if item is not None:
                 frame, t_cap = item
-                last = letterbox(frame, self.width, self.height)[..., ::-1]
-                cam.send(np.ascontiguousarray(last))
+                last = self._convert(frame, last)
+                cam.send(last)
+                t_sent = time.perf_counter_ns()
                 self.frames_sent += 1
-                if self.on_sent is not None:
-                    self.on_sent(t_cap, time.perf_counter_ns())
+                self.frames_new += 1
+                for fn in (self.on_sent, *self._watchers):
+                    if fn is None:
+                        continue
+                    try:
+                        fn(t_cap, t_sent)
+                    except Exception as exc:  # a metrics bug must not take the camera down
+                        self.on_status(f"virtual camera: on_sent failed: {exc}")
             elif last is not None:
-                cam.send(np.ascontiguousarray(last))  # keep the consumer's picture alive
+                cam.send(last)  # keep the consumer's picture alive
                 self.frames_sent += 1
             else:
                 continue
@@ -195,8 +285,27 @@ class VirtualCameraSink(Sink):
 class RecorderSink(Sink):
     """Frames to a video file (H.264, PyAV), written to a temp name and renamed on close.
 
-    The frame size is taken from the first frame; timestamps follow capture times so a run with
-    dropped frames plays at real speed.
+    The frame size is taken from the first frame (an odd width or height is padded by one
+    replicated row/column, as 4:2:0 needs). A frame of another size later on is letterboxed into
+    the first size, its aspect kept (black bars), and reported once through ``on_status`` and
+    :attr:`notes`.
+
+    Timestamps are the capture times (ms since the first frame, time base 1/1000), so a run with
+    dropped frames plays at real speed. The engine rarely delivers the requested ``fps``, so the
+    file must not claim it: .mp4/.mov readers compute the average rate from the sample table
+    (frames over duration; ``fps`` only sets the last frame's duration, without which the
+    mov muxer's edit list cuts that frame), but Matroska writes a declared rate as the track's
+    DefaultDuration, which readers report as the rate (a .mkv declared 30 fps but holding 24
+    said 30). A .mkv therefore declares none; its readers estimate the rate from the opening
+    frames' timestamps.
+
+    ``send`` encodes on the caller's thread.
+
+    Args:
+        path: output ``.mp4``, ``.mkv`` or ``.mov``.
+        fps: the nominal rate (never declared as the file's rate, see above).
+        crf: x264 constant rate factor.
+        on_status: receives status lines (the first size change).
 
     Raises:
         VideoError: unsupported suffix (use .mp4, .mkv or .mov).
@@ -204,40 +313,74 @@ class RecorderSink(Sink):
 
     name = "recorder"
 
-    def __init__(self, path: str | os.PathLike[str], fps: float = 30.0, crf: int = 20) -> None:
+    def __init__(self, path: str | os.PathLike[str], fps: float = 30.0, crf: int = 20,
+                 on_status: Callable[[str], None] = lambda s: None) -> None:
         self.path = Path(path)
         if self.path.suffix.lower() not in {".mp4", ".mkv", ".mov"}:
             raise VideoError(self.path, f"unsupported recording suffix '{self.path.suffix}': "
                                         "use .mp4, .mkv or .mov")
-        self.fps, self.crf = fps, crf
+        self.fps, self.crf, self.on_status = fps, crf, on_status
         self._tmp = self.path.with_name(f".{self.path.stem}.livefuse-part{self.path.suffix}")
         self._out: Any = None
         self._stream: Any = None
         self._t0: int | None = None
         self._last_pts = -1
-        self._size: tuple[int, int] | None = None
+        self._first: tuple[int, int] | None = None  # (w, h) of the first frame
+        self._size: tuple[int, int] | None = None  # (w, h) encoded: the first, made even
         self.frames = 0
+        self.resized = 0
+        self.notes: list[str] = []
         self._lock = threading.Lock()
 
+    def _start(self, w: int, h: int, t_capture_ns: int) -> None:
+        import av
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._out = av.open(str(self._tmp), "w")
+        self._stream = self._out.add_stream(
+            "libx264", rate=Fraction(self.fps).limit_denominator(1001),
+            time_base=Fraction(1, 1000))
+        if self.path.suffix.lower() == ".mkv":
+            # no DefaultDuration (see the class docstring); x264's CRF output is the same byte
+            # for byte, it rate-controls from the timestamps
+            self._stream.codec_context.framerate = Fraction(0, 1)
+        self._first, self._size = (w, h), (w + (w & 1), h + (h & 1))
+        self._stream.width, self._stream.height = self._size
+        self._stream.pix_fmt = "yuv420p"
+        self._stream.options = {"crf": str(self.crf), "preset": "veryfast"}
+        self._t0 = t_capture_ns
+
+    def _fit(self, frame: Frame) -> Frame:
+        """``frame`` in the encoded size: padded when only odd, letterboxed when resized."""
+        assert self._first is not None and self._size is not None
+        h, w = frame.shape[:2]
+        sw, sh = self._size
+        if (w, h) == self._first:
+            if (w, h) == (sw, sh):
+                return frame
+            return np.asarray(cv2.copyMakeBorder(frame, 0, sh - h, 0, sw - w,
+                                                 cv2.BORDER_REPLICATE), dtype=np.uint8)
+        self.resized += 1
+        if self.resized == 1:
+            fw, fh = self._first
+            note = (f"recorder: frames changed size from {fw}x{fh} to {w}x{h}; letterboxed into "
+                    f"{sw}x{sh} (aspect kept)")
+            self.notes.append(note)
+            self.on_status(note)
+        return letterbox(frame, sw, sh)
+
     def send(self, frame: Frame, t_capture_ns: int) -> None:
+        """Encode one ``(H, W, 3) uint8 BGR`` frame captured at ``t_capture_ns``
+        (``time.perf_counter_ns``)."""
         import av
 
         with self._lock:
-            h, w = frame.shape[:2]
             if self._out is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._out = av.open(str(self._tmp), "w")
-                self._stream = self._out.add_stream("libx264", rate=Fraction(self.fps))
-                self._size = (w + (w & 1), h + (h & 1))
-                self._stream.width, self._stream.height = self._size
-                self._stream.pix_fmt = "yuv420p"
-                self._stream.codec_context.time_base = Fraction(1, 1000)
-                self._stream.options = {"crf": str(self.crf), "preset": "veryfast"}
-                self._t0 = t_capture_ns
-            assert self._size is not None and self._t0 is not None
-            if (w, h) != self._size:
-                frame = cv2.resize(frame, self._size, interpolation=cv2.INTER_AREA
-                                   ).astype(np.uint8, copy=False)
+                h, w = frame.shape[:2]
+                self._start(w, h, t_capture_ns)
+            assert self._t0 is not None
+            frame = self._fit(frame)
+            # strictly increasing: two frames captured within 1 ms keep their order
             pts = max((t_capture_ns - self._t0) // 1_000_000, self._last_pts + 1)
             self._last_pts = pts
             vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="bgr24")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -22,11 +22,26 @@ from typing import Any, Protocol
 import cv2
 import numpy as np
 
-from livefuse.errors import VideoError
+from livefuse.errors import LivefuseError, VideoError
 from livefuse.types import Frame
 
 LOST_AFTER_S = 2.0  # the issue's bound for noticing a dead camera
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0)  # reopen delays; the last repeats
+
+
+class SourceFailedError(LivefuseError):
+    """A source gave no frame after its bounded number of open attempts (:class:`Capture`
+    with ``max_open_attempts``); the message is one line for the CLI.
+
+    Attributes:
+        attempts: opens tried (failed, or opened without delivering a frame).
+        problem: the last thing that went wrong, e.g. ``camera 0: cannot be opened ...``.
+    """
+
+    def __init__(self, attempts: int, problem: str) -> None:
+        self.attempts, self.problem = attempts, problem
+        tries = "attempt" if attempts == 1 else "attempts"
+        super().__init__(f"{problem} (gave up after {attempts} {tries})")
 
 
 class EndOfStream(Exception):
@@ -77,6 +92,15 @@ def v4l2_devices(sysfs: Path = Path("/sys/class/video4linux")) -> list[tuple[str
     return out
 
 
+class CameraError(VideoError):
+    """A camera cannot be opened or read; the message names the device, not a "video" file."""
+
+    def __init__(self, device: int | str, problem: str) -> None:
+        self.device = device
+        self.path, self.problem = Path(str(device)), problem
+        LivefuseError.__init__(self, f"camera {device}: {problem}")
+
+
 class CameraSource:
     """An OpenCV camera.
 
@@ -100,13 +124,13 @@ class CameraSource:
         """Open and negotiate.
 
         Raises:
-            VideoError: the camera cannot be opened.
+            CameraError: the camera cannot be opened.
         """
         cap = self._factory(self.device)
         if cap is None or not cap.isOpened():
             if cap is not None:
                 cap.release()
-            raise VideoError(Path(str(self.device)), "camera cannot be opened (missing or busy?)")
+            raise CameraError(self.device, "cannot be opened (missing, busy, or no permission?)")
         if self.mjpg:
             cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter.fourcc(*"MJPG"))
         if self.width and self.height:
@@ -264,8 +288,14 @@ class Capture:
         source: the source; used only on the capture thread.
         on_frame: ``(frame, t_capture_ns)`` for each fresh frame (``time.perf_counter_ns``).
         on_status: human-readable events: ``opened: ...``, ``camera lost: ...``,
-            ``source failed: ...``, ``source ended``.
+            ``source failed: ...``, ``source ended``, and once, when the attempts are used up,
+            ``giving up: ...`` (the same line as :attr:`error`).
         lost_after_s: no fresh frame for this long means "camera lost".
+        max_open_attempts: opens to try before giving up, counting every open that failed or
+            that delivered no fresh frame before the source was lost again; a fresh frame resets
+            the count. ``None`` retries forever (the GUI, which shows the status). After giving
+            up the thread ends with :attr:`failed` set and :attr:`error` holding the reason.
+        backoff_s: waits (s) between attempts, the last one repeating.
 
     Call :meth:`watch` periodically from another thread (the live runner does, every frame and
     every 0.25 s): it reports a read that blocks, which the capture thread itself cannot.
@@ -273,20 +303,30 @@ class Capture:
 
     def __init__(self, source: Source, on_frame: Callable[[Frame, int], None],
                  on_status: Callable[[str], None] = lambda s: None,
-                 lost_after_s: float = LOST_AFTER_S,
-                 max_open_attempts: int | None = None) -> None:
+                 lost_after_s: float = LOST_AFTER_S, max_open_attempts: int | None = None,
+                 backoff_s: Sequence[float] = BACKOFF_S) -> None:
+        if max_open_attempts is not None and max_open_attempts < 1:
+            raise ValueError(f"max_open_attempts must be >= 1 or None, not {max_open_attempts}")
         self.source, self.on_frame, self.on_status = source, on_frame, on_status
         self.lost_after_s = lost_after_s
         self.max_open_attempts = max_open_attempts
-        self.failed: str | None = None
+        self.backoff_s = tuple(backoff_s) or (0.0,)
         self.info: SourceInfo | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_fresh_ns = time.perf_counter_ns()
         self._lost_reported = False
         self._lock = threading.Lock()
+        self._attempts = 0  # opens since the last fresh frame
+        self._problem = "no frame"
         self.ended = False
         self.frames = 0
+        self.error: SourceFailedError | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the capture gave up (see ``max_open_attempts``); :attr:`error` says why."""
+        return self.error is not None
 
     def start(self) -> None:
         self._stop.clear()
@@ -321,7 +361,7 @@ class Capture:
 
     def watch(self) -> None:
         """Report "camera lost" when no fresh frame came for ``lost_after_s`` (from any thread)."""
-        if self._stop.is_set() or self.ended or self._thread is None:
+        if self._stop.is_set() or self.ended or self.failed or self._thread is None:
             return
         idle = (time.perf_counter_ns() - self._last_fresh_ns) / 1e9
         if idle >= self.lost_after_s:
@@ -331,20 +371,30 @@ class Capture:
         """Sleep unless stopped; ``True`` when stopped."""
         return self._stop.wait(seconds)
 
+    def _backoff(self, retry: int) -> float:
+        return self.backoff_s[min(retry, len(self.backoff_s) - 1)]
+
+    def _out_of_attempts(self) -> bool:
+        """Give up (once) when the attempts are used up; ``True`` when given up."""
+        if self.max_open_attempts is None or self._attempts < self.max_open_attempts:
+            return False
+        self.error = SourceFailedError(self._attempts, self._problem)
+        self.on_status(f"giving up: {self.error}")
+        return True
+
     def _open(self) -> bool:
-        for attempt in itertools.count():
-            if self._stop.is_set():
+        """Open the source, retrying with back-off; ``False`` when stopped or given up."""
+        for retry in itertools.count():
+            if self._stop.is_set() or self._out_of_attempts():
                 return False
+            self._attempts += 1
             try:
                 self.info = self.source.open()
             except Exception as exc:  # a driver can raise anything; report it and retry
+                self._problem = " ".join(str(exc).split()) or type(exc).__name__
                 self.on_status(f"source failed: {exc}")
                 self._report_lost("cannot open")
-                if self.max_open_attempts is not None and attempt + 1 >= self.max_open_attempts:
-                    self.failed = f"{exc} (gave up after {attempt + 1} attempts)"
-                    self.on_status(f"source gave up: {self.failed}")
-                    return False
-                if self._sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]):
+                if self._out_of_attempts() or self._sleep(self._backoff(retry)):
                     return False
                 continue
             self._last_fresh_ns = time.perf_counter_ns()
@@ -400,6 +450,7 @@ class Capture:
                         self._lost_reported = False
                     self.on_status("camera back")
                 reopen = 0
+                self._attempts = 0
                 self.frames += 1
                 self.on_frame(frame, now)
                 continue
@@ -407,12 +458,14 @@ class Capture:
                 if self.source.live and self._sleep(0.01):
                     return
                 continue
-            self._report_lost("no frame" if frame is None else "the same frame repeats")
+            why = "no frame" if frame is None else "the same frame repeats"
+            self._report_lost(why)
+            self._problem = f"{self.info.description}: opened, but {why} (camera lost)"
             try:
                 self.source.close()
             except Exception as exc:
                 self.on_status(f"source close failed: {exc}")
-            if self._sleep(BACKOFF_S[min(reopen, len(BACKOFF_S) - 1)]):
+            if self._out_of_attempts() or self._sleep(self._backoff(reopen)):
                 return
             reopen += 1
             if not self._open():
@@ -420,5 +473,6 @@ class Capture:
             last_fp = None
 
 
-__all__ = ["BACKOFF_S", "LOST_AFTER_S", "CameraSource", "Capture", "EndOfStream", "ImageSource",
-           "Source", "SourceInfo", "TestPatternSource", "VideoFileSource"]
+__all__ = ["BACKOFF_S", "LOST_AFTER_S", "CameraError", "CameraSource", "Capture", "EndOfStream",
+           "ImageSource", "Source", "SourceFailedError", "SourceInfo", "TestPatternSource",
+           "VideoFileSource"]

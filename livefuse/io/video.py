@@ -105,9 +105,10 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         crf: x264 constant rate factor.
         keep: asked once at the end; ``False`` discards the output (``dst`` is left untouched).
 
-    Frame timing is kept: each output frame carries its input frame's timestamp and the stream
-    rate is the input's exact rational. An odd width or height (which yuv420p cannot hold) is
-    padded by one replicated pixel row/column; the note says so.
+    Frame timing is kept: each output frame carries its input frame's timestamp, in the input
+    stream's own time base (so variable-frame-rate phone clips keep every frame where it was),
+    and the declared rate is the input's exact rational. An odd width or height (which yuv420p
+    cannot hold) is padded by one replicated pixel row/column; the note says so.
 
     Raises:
         VideoError: unreadable input, ``dst`` equal to ``src``, an unsupported output suffix, or an
@@ -133,7 +134,11 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                 result.notes.append(
                     f"input is {w}x{h}; H.264 4:2:0 needs even sizes, so the output is {ow}x{oh} "
                     "(one edge pixel row/column repeated)")
-            vout = out.add_stream("libx264", rate=rate)
+            # The input's own time base, not 1/rate: a variable-rate clip (phones) has frames
+            # closer together than 1/average-rate, which would round onto one tick and be
+            # refused by the muxer ("non monotonically increasing dts").
+            tb = Fraction(vin.time_base) if vin.time_base else 1 / rate
+            vout = out.add_stream("libx264", rate=rate, time_base=tb)
             vout.width, vout.height, vout.pix_fmt = ow, oh, "yuv420p"
             vout.options = {"crf": str(crf), "preset": "veryfast"}
             audio_map: dict[int, Any] = {}
@@ -142,18 +147,26 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
             result.rate, result.size = rate, (ow, oh)
             result.audio_streams_copied = len(audio_map)
 
-            def encode(img: Frame, pts: int | None, tb: Fraction | None) -> None:
+            step = max(1, round(1 / (rate * tb)))  # one nominal frame period, in ticks
+            last_pts: int | None = None
+            nudged = 0
+
+            def encode(img: Frame, pts: int | None) -> None:
+                nonlocal last_pts, nudged
                 if img.shape[:2] != (h, w) or img.dtype != np.uint8:
                     raise VideoError(s, f"frame {result.frames}: processing returned shape "
                                         f"{img.shape} {img.dtype}, expected ({h}, {w}, 3) uint8")
                 if (ow, oh) != (w, h):
                     img = np.asarray(cv2.copyMakeBorder(img, 0, oh - h, 0, ow - w,
                                                         cv2.BORDER_REPLICATE), dtype=np.uint8)
+                if pts is None:  # some demuxers (raw streams) give none: continue the cadence
+                    pts = 0 if last_pts is None else last_pts + step
+                elif last_pts is not None and pts <= last_pts:
+                    # a broken input repeats a timestamp; the encoder would refuse it
+                    pts, nudged = last_pts + 1, nudged + 1
+                last_pts = pts
                 vf = av.VideoFrame.from_ndarray(img, format="bgr24")
-                if pts is not None and tb is not None:
-                    vf.pts, vf.time_base = pts, tb
-                else:
-                    vf.pts, vf.time_base = result.frames, 1 / rate
+                vf.pts, vf.time_base = pts, tb
                 for pkt in vout.encode(vf):
                     out.mux(pkt)
 
@@ -162,7 +175,7 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                     if packet.stream.type == "video":
                         for frame in packet.decode():
                             img = frame.to_ndarray(format="bgr24")
-                            encode(process(img, result.frames), frame.pts, frame.time_base)
+                            encode(process(img, result.frames), frame.pts)
                             result.frames += 1
                             if on_frame is not None:
                                 on_frame(result.frames)
@@ -178,6 +191,9 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                                     f"{exc}{hint}") from exc
         if result.frames == 0:
             raise VideoError(s, "no video frame could be decoded")
+        if nudged:
+            result.notes.append(f"{nudged} frame(s) repeated an earlier timestamp; each was "
+                                "moved one tick later")
         if keep is None or keep():
             os.replace(tmp, d)
         else:

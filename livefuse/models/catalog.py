@@ -8,6 +8,10 @@ carries ``sha256=None``; :func:`livefuse.models.download.status` then reports it
 
 All four rows are InsightFace models: the InsightFace licence allows non-commercial research use
 only, which :data:`INSIGHTFACE_LICENCE` says wherever the models are listed.
+
+det_10g and w600k_r50 are members of InsightFace's own ``buffalo_l`` release zip, a
+:class:`PackSpec` row in :data:`PACKS`: the downloader fetches that zip first (one download
+gives both) and tries a row's own ``urls`` (third-party mirrors) only when the zip fails.
 """
 
 from __future__ import annotations
@@ -130,6 +134,72 @@ CATALOG: tuple[ModelSpec, ...] = (
         pack="buffalo_l",
     ),
 )
+
+
+@dataclass(frozen=True)
+class PackSpec:
+    """A release archive (zip) holding several catalog files.
+
+    Attributes:
+        name: the pack's name (``buffalo_l``); a :class:`ModelSpec` names it in ``pack``.
+        filename: the archive's file name while it downloads into the models folder.
+        urls: where the archive is published, tried in order.
+        size: exact archive size in bytes.
+        sha256: lower-case hex SHA-256 of the archive, or ``None`` when none is published
+            (each member is still checked against its own catalog row).
+        licence: the weights' licence in one line.
+        members: catalog names of the rows installed from it; each row's ``filename`` is the
+            member's name inside the zip (at its root or in one folder).
+    """
+
+    name: str
+    filename: str
+    urls: tuple[str, ...]
+    size: int
+    sha256: str | None
+    licence: str
+    members: tuple[str, ...]
+
+    @property
+    def size_mib(self) -> float:
+        """Archive size in MiB."""
+        return self.size / 2**20
+
+
+PACKS: tuple[PackSpec, ...] = (
+    PackSpec(
+        # InsightFace's own release asset. Size and SHA-256 as pinned, identically, by many
+        # independent public download manifests (Python, Go, Rust, PowerShell, Kotlin).
+        name="buffalo_l",
+        filename="buffalo_l.zip",
+        urls=("https://github.com/deepinsight/insightface/releases/download/v0.7/buffalo_l.zip",),
+        size=288_621_354,
+        sha256="80ffe37d8a5940d59a7384c201a2a38d4741f2f3c51eef46ebb28218a7b0ca2f",
+        licence=INSIGHTFACE_LICENCE,
+        members=("det_10g", "w600k_r50"),
+    ),
+)
+
+
+class UnknownPackError(LivefuseError):
+    """A model row names a pack that is not in :data:`PACKS` (a catalog bug)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"unknown model pack '{name}' (known: "
+                         f"{', '.join(p.name for p in PACKS)})")
+
+
+def get_pack(name: str) -> PackSpec:
+    """The pack row called ``name`` (its archive file name is accepted too).
+
+    Raises:
+        UnknownPackError: no such row.
+    """
+    for pack in PACKS:
+        if name in (pack.name, pack.filename):
+            return pack
+    raise UnknownPackError(name)
 
 
 def get_spec(name: str) -> ModelSpec:

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from livefuse.cli_args import HelpFormatter
+from livefuse.models import catalog
 from livefuse.models import download as dl
 from livefuse.models.catalog import CATALOG, MODELS_DIR_ENV, get_spec, models_dir
 
@@ -28,23 +30,46 @@ def format_table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> st
     return "\n".join(lines)
 
 
+def _sources(spec: catalog.ModelSpec) -> list[str]:
+    """Where ``spec`` comes from, in the order tried, one line each (``models list -v``)."""
+    lines = []
+    if spec.pack is not None:
+        pack = catalog.get_pack(spec.pack)
+        digest = pack.sha256 or "none published"
+        lines += [f"  from {pack.filename} ({pack.size:,} B, SHA-256 {digest}):",
+                  *(f"    {url}" for url in pack.urls),
+                  "  mirrors, if the pack fails:" if spec.urls else "  no mirror"]
+    elif spec.urls:
+        lines.append("  from (in this order):")
+    lines += [f"    {url}" for url in spec.urls]
+    return lines
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    """Print name, role, size (MiB), status and licence of every catalog row."""
+    """Print name, role, size (MiB), status and licence of every catalog row; with ``-v`` also
+    each row's SHA-256 and where it is downloaded from."""
     directory = _dir(args)
     rows = [(s.name, f"{s.role} ({s.pack})" if s.pack else s.role, f"{s.size_mib:.1f}",
              dl.status_text(dl.status(s, directory)), s.licence) for s in CATALOG]
     print(f"models folder: {directory}")
     print(format_table(rows, ("name", "role", "MiB", "status", "licence")))
+    if getattr(args, "details", False):
+        for spec in CATALOG:
+            print(f"\n{spec.name} ({spec.filename}, {spec.size:,} B)")
+            print(f"  SHA-256 {spec.sha256 or 'none published (size checked only)'}")
+            print(*_sources(spec), sep="\n")
     return 0
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    """Download one model (or ``all``) into the models folder."""
+    """Download one model (or ``all``) into the models folder; each URL is printed once, when
+    it is first tried."""
     directory = _dir(args)
     specs = list(CATALOG) if args.name == "all" else [get_spec(args.name)]
     for spec in specs:
         print(f"{spec.name}: {spec.licence}")
-        path = dl.download(spec, directory, timeout=args.timeout)
+        path = dl.download(spec, directory, timeout=args.timeout,
+                           on_url=lambda name, url: print(f"  {name} <- {url}", flush=True))
         print(f"{spec.name}: {dl.status_text(dl.status(spec, directory))} -> {path}")
     return 0
 
@@ -64,9 +89,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    """Verify a user's file and copy it in; the catalog row is found by --name or file name."""
+    """Verify a user's file and copy it in; the catalog row is found by --name or file name.
+    A pack's zip (``buffalo_l.zip``) installs every member the catalog wants from it."""
     path = Path(args.path)
-    spec = get_spec(args.name or path.name)
+    key = args.name or path.name
+    if key in {p.name for p in catalog.PACKS} | {p.filename for p in catalog.PACKS}:
+        for out in dl.import_pack(path, catalog.get_pack(key), _dir(args)):
+            print(f"{out.stem}: {dl.status_text(dl.status(get_spec(out.stem), out.parent))} "
+                  f"-> {out}")
+        return 0
+    spec = get_spec(key)
     out = dl.import_model(path, spec, _dir(args))
     print(f"{spec.name}: {dl.status_text(dl.status(spec, out.parent))} -> {out}")
     return 0
@@ -79,25 +111,48 @@ def _add_dir_flag(p: argparse.ArgumentParser, default: Any) -> None:
 
 def add_parser(sub: Any) -> None:
     """Register ``models`` with ``list``, ``fetch NAME``, ``verify`` and ``import PATH``."""
-    p = sub.add_parser("models", help="list, download, verify or import model files",
-                       description="Without a sub-command: list the models.")
+    p = sub.add_parser(
+        "models", help="list, download, verify or import model files",
+        description="The neural engine's model files: InsightFace's inswapper_128 and buffalo_l "
+                    "(det_10g, w600k_r50), for non-commercial research use only. Without a "
+                    "sub-command: list them.", formatter_class=HelpFormatter)
     _add_dir_flag(p, None)
     p.set_defaults(func=cmd_list)
     msub = p.add_subparsers(dest="models_command")
     # SUPPRESS keeps a --models-dir given before the sub-command from being reset to None.
-    q = msub.add_parser("list", help="show every model, its status and licence")
+    q = msub.add_parser(
+        "list", help="show every model, its status and licence",
+        description="Show every catalog row: role, size, status in the models folder "
+                    "(present, missing, corrupt, unverified) and licence.",
+        formatter_class=HelpFormatter)
+    # dest 'details': `livefuse -v` (logging) keeps its own meaning
+    q.add_argument("-v", "--verbose", dest="details", action="store_true",
+                   help="also show each file's SHA-256 and the URLs it is downloaded from")
     _add_dir_flag(q, argparse.SUPPRESS)
     q.set_defaults(func=cmd_list)
-    q = msub.add_parser("fetch", help="download a model (resumes, verifies SHA-256)")
+    q = msub.add_parser(
+        "fetch", help="download a model (resumes, verifies SHA-256)",
+        description="Download into the models folder, resuming a partial download, and install "
+                    "a file only after its size and SHA-256 match the catalog. det_10g and "
+                    "w600k_r50 come from InsightFace's buffalo_l.zip (one download installs "
+                    "both); third-party mirrors are tried only when it fails.",
+        formatter_class=HelpFormatter)
     q.add_argument("name", help="catalog name, or 'all'")
     q.add_argument("--timeout", type=float, default=30.0, help="network timeout in s")
     _add_dir_flag(q, argparse.SUPPRESS)
     q.set_defaults(func=cmd_fetch)
-    q = msub.add_parser("verify", help="check size and SHA-256 of the files present")
+    q = msub.add_parser(
+        "verify", help="check size and SHA-256 of the files present",
+        description="Check the size and SHA-256 of every model file present; exit status 1 "
+                    "when one is corrupt.", formatter_class=HelpFormatter)
     _add_dir_flag(q, argparse.SUPPRESS)
     q.set_defaults(func=cmd_verify)
-    q = msub.add_parser("import", help="copy a model file you already have, after verifying it")
-    q.add_argument("path")
+    q = msub.add_parser(
+        "import", help="copy a model file you already have, after verifying it",
+        description="Copy a model file (or buffalo_l.zip) you already have into the models "
+                    "folder after checking its size and SHA-256; the file itself is never "
+                    "changed.", formatter_class=HelpFormatter)
+    q.add_argument("path", help="the .onnx file, or buffalo_l.zip")
     q.add_argument("--name", help="catalog name (default: from the file name)")
     _add_dir_flag(q, argparse.SUPPRESS)
     q.set_defaults(func=cmd_import)
@@ -114,6 +169,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def add_doctor_parser(sub: Any) -> None:
     """Register ``doctor``."""
-    p = sub.add_parser("doctor", help="check Python, torch, onnxruntime, GPU, models, cameras")
+    p = sub.add_parser(
+        "doctor", help="check Python, torch, onnxruntime, GPU, models, cameras",
+        description="Report what this machine can run and how to fix what it cannot: Python, "
+                    "torch and CUDA, the precision 'auto' picks, onnxruntime builds and "
+                    "providers, model files, virtual-camera devices and cameras (none is "
+                    "opened). Exit status 1 when a check failed.", formatter_class=HelpFormatter)
     _add_dir_flag(p, None)
     p.set_defaults(func=cmd_doctor)

@@ -4,6 +4,11 @@ A download streams into ``<file>.part`` (resumed with an HTTP ``Range`` request 
 already there), is checked for its exact size and SHA-256, and only then renamed over the final
 name, so a truncated, empty or HTML-error-page ``.onnx`` never reaches onnxruntime.
 
+A row that belongs to a release pack (``pack="buffalo_l"``) comes from the pack's own archive
+first: the zip is downloaded the same way (resumable, size and SHA-256 checked), every member
+the catalog wants is unpacked and checked against its row (:mod:`livefuse.models.archive`), and
+the zip is deleted. The row's own URLs (third-party mirrors) are tried only when that fails.
+
 Hashing a 500 MB file takes seconds, so digests are cached in ``.livefuse-verified.json`` beside
 the models, keyed by file size and mtime (ns): a file that changes is hashed again.
 """
@@ -17,14 +22,16 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import requests
 from tqdm import tqdm
 
 from livefuse.errors import LivefuseError
 from livefuse.imaging import atomic_write_bytes
-from livefuse.models.catalog import ModelSpec, models_dir
+from livefuse.models import catalog
+from livefuse.models.archive import install_members
+from livefuse.models.catalog import ModelSpec, PackSpec, models_dir
 
 Status = Literal["present", "missing", "corrupt", "unverified"]
 
@@ -66,6 +73,25 @@ class ModelVerifyError(LivefuseError):
         super().__init__(f"model file '{path}' failed verification: {problem}")
 
 
+class Artifact(Protocol):
+    """What a download needs of a catalog row: a :class:`ModelSpec` or a :class:`PackSpec`."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def filename(self) -> str: ...
+    @property
+    def urls(self) -> tuple[str, ...]: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def sha256(self) -> str | None: ...
+
+
+OnUrl = Callable[[str, str], None]
+"""``(file name, url)``: called once per URL, before its first request (``models fetch``)."""
+
+
 def sha256_file(path: Path) -> str:
     """Lower-case hex SHA-256 of a file, read in 1 MiB chunks."""
     digest = hashlib.sha256()
@@ -81,7 +107,7 @@ def _looks_like_html(path: Path) -> bool:
     return head.startswith((b"<!doctype", b"<html", b"<?xml", b"<head", b"{\"error"))
 
 
-def file_problem(path: Path, spec: ModelSpec, digest: str | None = None) -> str | None:
+def file_problem(path: Path, spec: Artifact, digest: str | None = None) -> str | None:
     """Why ``path`` is not ``spec``'s file, or ``None`` when size and SHA-256 match.
 
     With ``spec.sha256 is None`` only the size is checked. ``digest`` may pass a known hash.
@@ -172,11 +198,11 @@ class _HttpStatusError(Exception):
         self.retry = retry
 
 
-def _fetch_once(session: requests.Session, url: str, part: Path, spec: ModelSpec,
+def _fetch_once(session: requests.Session, url: str, part: Path, art: Artifact,
                 timeout: float, progress: bool) -> None:
     """One request: append to ``part`` from its current size (or restart when Range is ignored)."""
     have = part.stat().st_size if part.exists() else 0
-    if have >= spec.size:
+    if have >= art.size:
         # A part as long as the file (or longer) cannot be resumed; start over.
         part.unlink()
         have = 0
@@ -197,62 +223,140 @@ def _fetch_once(session: requests.Session, url: str, part: Path, spec: ModelSpec
             raise _HttpStatusError("server answered a different byte range; restarting")
         written = have
         with part.open("ab" if have else "wb") as fh, tqdm(
-            total=spec.size, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
-            desc=spec.filename, disable=not progress, leave=False,
+            total=art.size, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
+            desc=art.filename, disable=not progress, leave=False,
         ) as bar:
             for block in resp.iter_content(_NET_CHUNK):
                 written += len(block)
-                if written > spec.size:
+                if written > art.size:
                     raise _HttpStatusError(
-                        f"server sent more than the expected {spec.size:,} B (wrong file?)")
+                        f"server sent more than the expected {art.size:,} B (wrong file?)")
                 fh.write(block)
                 bar.update(len(block))
 
 
+class _Failures:
+    """Why each URL failed, each URL once (in the order tried), with its request count."""
+
+    def __init__(self) -> None:
+        self._by_url: dict[str, tuple[str, int]] = {}
+        self.bad_file: ModelVerifyError | None = None  # a complete download that was wrong
+
+    def add(self, url: str, reason: str) -> None:
+        _, n = self._by_url.get(url, ("", 0))
+        self._by_url[url] = (reason, n + 1)
+
+    def __len__(self) -> int:
+        return len(self._by_url)
+
+    def text(self) -> str:
+        return "; ".join(f"{url}: {reason}" + (f" ({n} attempts)" if n > 1 else "")
+                         for url, (reason, n) in self._by_url.items())
+
+
+def _fetch_verified(art: Artifact, dest: Path, sess: requests.Session, failures: _Failures, *,
+                    timeout: float, attempts: int, progress: bool,
+                    on_url: OnUrl | None) -> Path | None:
+    """Download ``art`` to ``dest`` from its URLs in order; ``dest`` when a verified copy was
+    installed, ``None`` when every URL failed (the reasons are in ``failures``)."""
+    part = dest.with_name(dest.name + ".part")
+    for url in art.urls:
+        if on_url is not None:
+            on_url(art.filename, url)
+        for _ in range(max(1, attempts)):
+            try:
+                _fetch_once(sess, url, part, art, timeout, progress)
+            except (requests.RequestException, _HttpStatusError, OSError) as exc:
+                failures.add(url, _reason(exc))
+                if isinstance(exc, _HttpStatusError) and not exc.retry:
+                    break
+                continue
+            if part.exists() and part.stat().st_size == art.size:
+                try:
+                    return _finish(part, dest, art)
+                except ModelVerifyError as exc:  # a wrong file: the next URL may be right
+                    failures.add(url, exc.problem)
+                    failures.bad_file = exc
+                    break
+            failures.add(url, "connection closed early")
+    return None
+
+
+def _install_pack(pack: PackSpec, directory: Path, sess: requests.Session, failures: _Failures,
+                  **fetch: Any) -> None:
+    """Fetch ``pack``'s zip, unpack and verify every member not yet present, delete the zip.
+
+    Failures are recorded in ``failures`` (the zip's URL, or ``<zip>/<member>``); members that
+    verified are installed even when another did not.
+    """
+    members = [catalog.get_spec(name) for name in pack.members]
+    wanted = [m for m in members if status(m, directory) != "present"]
+    if not wanted:
+        return
+    archive = directory / pack.filename
+    if not (archive.is_file() and file_problem(archive, pack) is None):
+        got = _fetch_verified(pack, archive, sess, failures, **fetch)
+        if got is None:
+            return
+    try:
+        for result in install_members(archive, wanted, directory):
+            if result.path is not None and result.sha256 is not None:
+                _record(result.path, result.sha256)
+            else:
+                failures.add(f"{pack.filename}/{result.spec.filename}",
+                             result.problem or "not installed")
+    finally:
+        archive.unlink(missing_ok=True)  # its members are installed or cannot be had from it
+
+
 def download(spec: ModelSpec, directory: Path | None = None, *, timeout: float = 30.0,
              attempts: int = 3, progress: bool = True,
-             session: requests.Session | None = None) -> Path:
+             session: requests.Session | None = None, on_url: OnUrl | None = None) -> Path:
     """Download ``spec`` into the models folder, resuming a ``.part`` file, and verify it.
 
-    Each URL gets up to ``attempts`` requests; each one resumes from the bytes already on disk.
+    A row of a pack (``spec.pack``) is taken from the pack's archive first, which installs the
+    pack's other rows too; the row's own URLs are the fallback. Each URL gets up to
+    ``attempts`` requests; each one resumes from the bytes already on disk.
 
     Args:
         timeout: seconds to wait for a connection or for the next bytes of the body.
+        on_url: ``(file name, url)`` once per URL, before its first request.
 
     Returns:
         The verified file's path (returned at once when a verified copy is already there).
 
     Raises:
-        ModelDownloadError: every mirror failed (names the file and the ``import`` alternative).
-        ModelVerifyError: the complete download has the wrong size or SHA-256; the part file is
-            deleted.
+        ModelDownloadError: every source failed; names the file, each URL once with its
+            reason, and the ``import`` alternative.
+        ModelVerifyError: a complete download had the wrong size or SHA-256 and no other source
+            worked; the part file is deleted.
     """
     directory = directory if directory is not None else models_dir()
     dest = directory / spec.filename
     if status(spec, directory) in ("present", "unverified"):
         return dest
     directory.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
     own_session = session is None
     sess = session or requests.Session()
-    errors: list[str] = []
+    failures = _Failures()
+    fetch: dict[str, Any] = {"timeout": timeout, "attempts": attempts, "progress": progress,
+                             "on_url": on_url}
     try:
-        for url in spec.urls:
-            for _ in range(max(1, attempts)):
-                try:
-                    _fetch_once(sess, url, part, spec, timeout, progress)
-                except (requests.RequestException, _HttpStatusError, OSError) as exc:
-                    errors.append(f"{url}: {_reason(exc)}")
-                    if isinstance(exc, _HttpStatusError) and not exc.retry:
-                        break
-                    continue
-                if part.exists() and part.stat().st_size == spec.size:
-                    return _finish(part, dest, spec)
-                errors.append(f"{url}: connection closed early")
+        if spec.pack is not None:
+            _install_pack(catalog.get_pack(spec.pack), directory, sess, failures, **fetch)
+            if status(spec, directory) == "present":
+                return dest
+        got = _fetch_verified(spec, dest, sess, failures, **fetch)
+        if got is not None:
+            return got
     finally:
         if own_session:
             sess.close()
-    raise ModelDownloadError(spec.filename, "; ".join(errors[-3:]) or "no URL in the catalog")
+    if failures.bad_file is not None:
+        if len(failures) == 1:
+            raise failures.bad_file
+        raise ModelVerifyError(dest, f"no source gave the right file: {failures.text()}")
+    raise ModelDownloadError(spec.filename, failures.text() or "no URL in the catalog")
 
 
 def _reason(exc: BaseException) -> str:
@@ -272,9 +376,9 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
-def _finish(part: Path, dest: Path, spec: ModelSpec) -> Path:
+def _finish(part: Path, dest: Path, art: Artifact) -> Path:
     digest = sha256_file(part)
-    problem = file_problem(part, spec, digest)
+    problem = file_problem(part, art, digest)
     if problem is not None:
         part.unlink(missing_ok=True)
         raise ModelVerifyError(dest, f"{problem}; deleted the downloaded part, nothing installed")
@@ -315,3 +419,36 @@ def import_model(path: str | Path, spec: ModelSpec, directory: Path | None = Non
     if digest is not None:
         _record(dest, digest)
     return dest
+
+
+def import_pack(path: str | Path, pack: PackSpec, directory: Path | None = None) -> list[Path]:
+    """Install every member of a pack's zip the user already has (e.g. ``buffalo_l.zip`` from
+    ``~/.insightface``), after checking the zip's size and SHA-256 and each member's.
+
+    The zip is only read, never moved or deleted.
+
+    Returns:
+        The installed files (members already present and verified are listed too).
+
+    Raises:
+        ModelVerifyError: the zip is missing or not the pack's, or a member does not match its
+            catalog row (verified members are installed all the same).
+    """
+    src = Path(path).expanduser()
+    if not src.is_file():
+        raise ModelVerifyError(src, "no such file")
+    problem = file_problem(src, pack)
+    if problem is not None:
+        raise ModelVerifyError(src, f"{problem}; it is not {pack.filename} ({pack.name})")
+    directory = directory if directory is not None else models_dir()
+    members = [catalog.get_spec(name) for name in pack.members]
+    wanted = [m for m in members if status(m, directory) != "present"]
+    bad = []
+    for result in install_members(src, wanted, directory):
+        if result.path is not None and result.sha256 is not None:
+            _record(result.path, result.sha256)
+        else:
+            bad.append(result.problem or result.spec.filename)
+    if bad:
+        raise ModelVerifyError(src, "; ".join(bad))
+    return [directory / m.filename for m in members]

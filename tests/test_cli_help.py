@@ -1,0 +1,69 @@
+"""Every `livefuse` subcommand's --help has a description and shows its defaults."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from livefuse.cli import build_parser
+from livefuse.cli_args import add_engine_args
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def _parsers() -> dict[str, argparse.ArgumentParser]:
+    top = _subparsers(build_parser())
+    found = {name: top[name] for name in ("run", "demo", "models", "doctor", "bench")}
+    found.update({f"models {k}": v for k, v in _subparsers(top["models"]).items()})
+    return found
+
+
+def _defaults_shown(parser: argparse.ArgumentParser) -> list[str]:
+    """Options whose default is worth showing but does not appear in --help."""
+    text = " ".join(parser.format_help().split())
+    missing = []
+    for a in parser._actions:
+        if (a.default in (None, argparse.SUPPRESS) or a.nargs == 0 or not a.option_strings
+                or isinstance(a, argparse._HelpAction)):
+            continue
+        if f"(default: {a.default})" not in text:
+            missing.append(f"{a.option_strings[-1]} (default {a.default!r})")
+    return missing
+
+
+@pytest.mark.parametrize("name", ["run", "demo", "models", "models list", "models fetch",
+                                  "models verify", "models import", "doctor", "bench"])
+def test_help_has_a_description_and_every_default(name: str) -> None:
+    parser = _parsers()[name]
+    assert parser.description and len(parser.description) > 30, name
+    shown = " ".join(parser.format_help().split()).replace("- ", "-")  # wrapped at hyphens
+    assert " ".join(parser.description.split()) in shown
+    assert _defaults_shown(parser) == []
+
+
+def test_run_help_shows_the_engine_defaults() -> None:
+    text = " ".join(_parsers()["run"].format_help().split())
+    for shown in ("--engine", "(default: auto)", "(default: many)", "(default: feather)",
+                  "(default: torch)", "(default: the largest, ties to the left-most)"):
+        assert shown in text, shown
+
+
+def test_engine_args_show_defaults_on_any_parser() -> None:
+    """`livefuse live` builds its own parser: the shared options name their defaults."""
+    parser = argparse.ArgumentParser()  # the plain formatter, as a caller may use
+    add_engine_args(parser, detect_every=3, face_selector="one")
+    assert _defaults_shown(parser) == []
+    text = " ".join(parser.format_help().split())
+    assert "(default: 3)" in text and "(default: one)" in text
+
+
+def test_models_list_has_verbose_without_clobbering_the_global_flag() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["-v", "models", "list"])
+    assert args.verbose == 1 and args.details is False
+    args = parser.parse_args(["models", "list", "-v"])
+    assert args.verbose == 0 and args.details is True

@@ -191,3 +191,20 @@ def test_onnx_module_runs_the_gfpgan_architecture_export(tmp_path: Path) -> None
     ref = OrtGraph(path).run(x)[0]
     got = TorchGraph(path=path, precision="fp32").run(x)[0]
     np.testing.assert_allclose(got, ref, atol=1e-3)
+
+
+def test_benchmark_runs_on_the_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/bench_enhancer.py imports without CUDA and prints its table on the CPU."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_enhancer.py"
+    spec = importlib.util.spec_from_file_location("bench_enhancer", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--device", "cpu", "--width", "0.03125", "--n", "1", "--warmup", "0",
+                     "--precisions", "fp32"]) == 0
+    out = capsys.readouterr().out
+    for row in ("enhancer (GFPGAN 1.4 arch)", "occluder (XSeg replica)",
+                "parser (BiSeNet replica)"):
+        assert row in out and "failed" not in out

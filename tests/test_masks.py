@@ -262,3 +262,12 @@ def test_parser_mouth_keeps_an_open_mouth_and_not_a_closed_one(files: dict[str, 
     assert keep[1].max() > 0.5
     ys, xs = np.nonzero(keep[1] > 0.5)
     assert abs(xs.mean() - c[0]) < 6 and abs(ys.mean() - c[1]) < 6
+
+
+def test_torch_backend_without_onnx_torch_says_so(files: dict[str, Path]) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("livefuse.models.onnx_torch") is not None:
+        pytest.skip("OnnxModule is available: the torch backend loads the file")
+    with pytest.raises(GraphError, match=r"onnx_torch.*onnxruntime backend"):
+        M.Occluder(files["occluder"], "torch")

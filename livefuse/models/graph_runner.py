@@ -136,9 +136,18 @@ def load_onnx_module(path: str | Path) -> Any:
     """The graph in ``path`` as a PyTorch module (:class:`livefuse.models.onnx_torch.OnnxModule`).
 
     Imported lazily: the torch path needs torch and that module, the onnxruntime path neither.
-    """
-    from livefuse.models.onnx_torch import OnnxModule  # type: ignore[import-not-found,unused-ignore]
 
+    Raises:
+        GraphError: ``livefuse.models.onnx_torch`` is not available.
+    """
+    try:
+        from livefuse.models.onnx_torch import (  # type: ignore[import-not-found,unused-ignore]
+            OnnxModule,
+        )
+    except ImportError as exc:
+        raise GraphError(path, "the torch backend runs ONNX files through "
+                         "livefuse.models.onnx_torch, which is not available "
+                         f"({exc}); use the onnxruntime backend") from exc
     return OnnxModule(str(path))
 
 

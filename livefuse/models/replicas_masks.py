@@ -51,8 +51,9 @@ XSEG_SIZE = 256
 PARSER_SIZE = 512
 ENHANCER_SIZE = 512
 PARSER_CLASSES = 19
-KEY_BGR = (40, 220, 40)
-"""The occluder replica's "occluded" colour (uint8 BGR): a saturated green, far from skin."""
+KEY_BGR = (230, 80, 30)
+"""The occluder replica's "occluded" colour (uint8 BGR): a saturated blue, far from skin and not
+symmetric in blue and red, so a channel-order mistake shows."""
 
 XSEG_OPSET = 13
 BISENET_OPSET = 15

@@ -299,3 +299,18 @@ def test_require_checks_before_any_runtime(tmp_path: Path) -> None:
         dl.require(spec, tmp_path)
     (tmp_path / "tiny.onnx").write_bytes(DATA)
     assert dl.require(spec, tmp_path) == tmp_path / "tiny.onnx"
+
+
+def test_a_mask_model_row_downloads_like_the_swapper(server, tmp_path: Path) -> None:
+    """A new catalog row (the GFPGAN enhancer) goes through the same verified, resumable path."""
+    from livefuse.models.catalog import get_spec
+
+    base, state = server
+    state.cut_first = 1
+    row = replace(get_spec("gfpgan_1.4"), urls=(base + "/model.onnx",), size=len(DATA),
+                  sha256=hashlib.sha256(DATA).hexdigest())
+    out = dl.download(row, tmp_path, attempts=2, progress=False)
+    assert out == tmp_path / "GFPGANv1.4.onnx" and out.read_bytes() == DATA
+    assert state.ranges[0] is None and state.ranges[1].startswith("bytes=")
+    assert dl.status(row, tmp_path) == "present"
+    assert dl.require(row, tmp_path) == out

@@ -18,7 +18,9 @@ from livefuse.models import download as dl
 
 def test_catalog_rows_carry_the_published_sizes_and_hashes() -> None:
     by_name = {s.name: s for s in catalog.CATALOG}
-    assert set(by_name) == {"inswapper_128", "inswapper_128_fp16", "det_10g", "w600k_r50"}
+    assert set(by_name) == {"inswapper_128", "inswapper_128_fp16", "det_10g", "w600k_r50",
+                            "xseg", "bisenet_resnet34", "gfpgan_1.4", "gfpgan_1.4_facefusion",
+                            "gpen_bfr_512"}
     assert by_name["inswapper_128"].size == 554_253_681
     assert by_name["inswapper_128_fp16"].size == 277_680_638
     assert by_name["det_10g"].role == "detector" and by_name["det_10g"].input_size == (640, 640)
@@ -27,9 +29,39 @@ def test_catalog_rows_carry_the_published_sizes_and_hashes() -> None:
     for spec in catalog.CATALOG:
         assert spec.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", spec.sha256)
         assert spec.urls and all(u.startswith("https://") for u in spec.urls)
+        assert len(set(spec.urls)) == len(spec.urls)
         assert spec.filename.endswith(".onnx")
-        assert "non-commercial" in spec.licence
+        if spec.role in ("swapper", "detector", "recogniser"):
+            assert "non-commercial" in spec.licence
     assert len({s.filename for s in catalog.CATALOG}) == len(catalog.CATALOG)
+    assert len({s.sha256 for s in catalog.CATALOG}) == len(catalog.CATALOG)
+
+
+def test_mask_and_enhancer_rows() -> None:
+    """Published sizes and digests (read from two or more public manifests each, named in the
+    rows' comments), licences and the graph contracts the code relies on."""
+    by_name = {s.name: s for s in catalog.CATALOG}
+    xseg, parser = by_name["xseg"], by_name["bisenet_resnet34"]
+    assert (xseg.role, xseg.size, xseg.input_size) == ("occluder", 70_327_737, (256, 256))
+    assert xseg.sha256 == "0b57328efcb839d85973164b617ceee9dfe6cfcb2c82e8a033bba9f4f09b27e5"
+    assert "GPL-3.0" in xseg.licence and "NHWC" in xseg.layout
+    assert (parser.role, parser.size, parser.input_size) == ("parser", 93_632_554, (512, 512))
+    assert parser.sha256 == "5b805bba7b5660ab7070b5a381dcf75e5b3e04199f1e9387232a77a00095102e"
+    assert "MIT" in parser.licence and "CelebAMask-HQ" in parser.licence
+    assert "19" in parser.layout and "ImageNet" in parser.layout
+    sizes = {"gfpgan_1.4": 340_256_690, "gfpgan_1.4_facefusion": 340_299_087,
+             "gpen_bfr_512": 284_244_491}
+    for name, size in sizes.items():
+        spec = by_name[name]
+        assert spec.role == "enhancer" and spec.size == size and spec.input_size == (512, 512)
+        assert "[-1, 1]" in spec.layout and "ffhq_512" in spec.layout
+    assert "Apache-2.0" in by_name["gfpgan_1.4"].licence
+    assert "non-commercial" in by_name["gpen_bfr_512"].licence
+    assert set(catalog.MASK_ROLES) == {s.role for s in catalog.CATALOG} - {
+        "swapper", "detector", "recogniser"}
+    # `livefuse models import ~/Downloads/GFPGANv1.4.onnx` finds its row by the file name
+    assert catalog.get_spec("GFPGANv1.4.onnx") is by_name["gfpgan_1.4"]
+    assert catalog.get_spec("GPEN-BFR-512") is by_name["gpen_bfr_512"]
 
 
 def test_spec_is_frozen_and_lookup() -> None:

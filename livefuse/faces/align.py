@@ -14,6 +14,13 @@ ARCFACE_DST = np.array(
      [41.5493, 92.3655], [70.7299, 92.2041]], dtype=np.float32)
 """ArcFace 5-point template for 112×112 crops (insightface ``utils/face_align.py``)."""
 
+FFHQ_512 = np.array(
+    [[192.98138, 239.94708], [318.90277, 240.1936], [256.63416, 314.01935],
+     [201.26117, 371.41043], [313.08905, 371.15118]], dtype=np.float32)
+"""The FFHQ 5-point template for 512×512 crops (eyes, nose tip, mouth corners; image-left first)
+that GFPGAN/GPEN/CodeFormer are trained on (facexlib's ``face_template``; FaceFusion's
+``ffhq_512`` is the same points divided by 512)."""
+
 
 def umeyama(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """Least-squares similarity (rotation, uniform scale, translation; no reflection) taking
@@ -50,10 +57,17 @@ def arcface_affine(kps: FloatArray, size: int = 128) -> Affine:
     return umeyama(np.asarray(kps, np.float64).reshape(5, 2), dst)[:2]
 
 
+def ffhq_affine(kps: FloatArray, size: int = 512) -> Affine:
+    """Affine ``(2, 3) float64`` mapping frame px to a ``size``×``size`` FFHQ-aligned crop (the
+    enhancers' input): least-squares similarity of the 5 kps onto :data:`FFHQ_512` × size / 512."""
+    dst = FFHQ_512.astype(np.float64) * (size / 512.0)
+    return umeyama(np.asarray(kps, np.float64).reshape(5, 2), dst)[:2]
+
+
 def similarity(src: FloatArray, dst: FloatArray) -> Affine:
     """Least-squares similarity transform ``(2, 3) float64`` taking points ``src`` to ``dst``
     (both ``(N, 2)``, N >= 2)."""
     return umeyama(np.asarray(src, np.float64), np.asarray(dst, np.float64))[:2]
 
 
-__all__ = ["ARCFACE_DST", "arcface_affine", "similarity", "umeyama"]
+__all__ = ["ARCFACE_DST", "FFHQ_512", "arcface_affine", "ffhq_affine", "similarity", "umeyama"]

@@ -22,3 +22,12 @@ def kps_from_landmarks(lm: FloatArray) -> FloatArray:
     return np.stack(
         [lm[RIGHT_EYE].mean(0), lm[LEFT_EYE].mean(0), lm[NOSE_TIP], lm[MOUTH_LEFT], lm[MOUTH_RIGHT]]
     ).astype(np.float32)
+
+
+def mouth_open_ratio(lm: FloatArray) -> float:
+    """How open the mouth is: the mean inner-lip gap (61-67, 62-66, 63-65) over the inner mouth
+    width (60-64), from 68 landmarks; 0 closed, ~0.5 wide open (the cache's ``mouth_open``)."""
+    p = np.asarray(lm, np.float64).reshape(-1, 2)
+    width = float(np.linalg.norm(p[60] - p[64])) or 1.0
+    gap = sum(float(np.linalg.norm(p[a] - p[b])) for a, b in ((61, 67), (62, 66), (63, 65)))
+    return gap / (3.0 * width)

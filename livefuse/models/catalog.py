@@ -6,8 +6,11 @@ identical in at least two independent public manifests). A row whose digest is n
 carries ``sha256=None``; :func:`livefuse.models.download.status` then reports it as
 ``unverified`` instead of pretending to have checked it.
 
-All four rows are InsightFace models: the InsightFace licence allows non-commercial research use
-only, which :data:`INSIGHTFACE_LICENCE` says wherever the models are listed.
+The swapper, detector and recogniser rows are InsightFace models: the InsightFace licence allows
+non-commercial research use only, which :data:`INSIGHTFACE_LICENCE` says wherever the models are
+listed. The mask and enhancer rows (occluder, parser, enhancer) carry their own licences; each row
+names the public manifests its digest was read from in a comment, and ``layout`` records the
+graph's input/output contract as the projects that run the file use it.
 
 det_10g and w600k_r50 are members of InsightFace's own ``buffalo_l`` release zip, a
 :class:`PackSpec` row in :data:`PACKS`: the downloader fetches that zip first (one download
@@ -25,7 +28,7 @@ import platformdirs
 
 from livefuse.errors import LivefuseError
 
-Role = Literal["swapper", "detector", "recogniser"]
+Role = Literal["swapper", "detector", "recogniser", "occluder", "parser", "enhancer"]
 
 MODELS_DIR_ENV = "LIVEFUSE_MODELS_DIR"
 """Environment variable that overrides the models folder (a ``--models-dir`` flag wins over it)."""
@@ -50,7 +53,8 @@ class ModelSpec:
 
     Attributes:
         name: catalog name used on the command line (``livefuse models fetch NAME``).
-        role: ``swapper``, ``detector`` or ``recogniser``.
+        role: ``swapper``, ``detector``, ``recogniser``, ``occluder`` (face-occlusion
+            segmenter), ``parser`` (face parser) or ``enhancer`` (face restorer).
         filename: file name inside the models folder.
         urls: mirrors, tried in order.
         size: exact file size in bytes.
@@ -58,6 +62,8 @@ class ModelSpec:
         licence: the weights' licence in one line.
         input_size: network input ``(width, height)`` in px.
         pack: the insightface model pack the file comes from (``buffalo_l``), if any.
+        layout: one line on the graph's input and output (names, shape, layout, value range,
+            alignment) as the projects that run the file feed it; empty for the older rows.
     """
 
     name: str
@@ -69,6 +75,7 @@ class ModelSpec:
     licence: str
     input_size: tuple[int, int]
     pack: str | None = None
+    layout: str = ""
 
     @property
     def size_mib(self) -> float:
@@ -78,6 +85,17 @@ class ModelSpec:
 
 _HF_DLC = "https://huggingface.co/hacksider/deep-live-cam/resolve/main/"
 _HF_BUFFALO = "https://huggingface.co/deepghs/insightface/resolve/main/buffalo_l/"
+_HF_REACTOR = "https://huggingface.co/datasets/Gourieff/ReActor/resolve/main/models/facerestore_models/"
+_VISO = "https://github.com/visomaster/visomaster-assets/releases/download/v0.1.0/"
+
+XSEG_LICENCE = "DeepFaceLab XSeg (iperov): GPL-3.0"
+BISENET_LICENCE = ("yakhyo/face-parsing: MIT; trained on CelebAMask-HQ, whose images are for "
+                   "non-commercial research and education only")
+GFPGAN_LICENCE = "GFPGAN (TencentARC): Apache-2.0; trained on FFHQ (images under CC BY-NC-SA 4.0)"
+GPEN_LICENCE = "GPEN (yangxy, Alibaba DAMO): academic and non-commercial use only"
+
+MASK_ROLES: tuple[Role, ...] = ("occluder", "parser", "enhancer")
+"""Roles of the optional post-processing models (not needed to swap)."""
 
 CATALOG: tuple[ModelSpec, ...] = (
     ModelSpec(
@@ -132,6 +150,106 @@ CATALOG: tuple[ModelSpec, ...] = (
         licence=INSIGHTFACE_LICENCE,
         input_size=(112, 112),
         pack="buffalo_l",
+    ),
+    # ---------------------------------------------------------------- masks and enhancers
+    ModelSpec(
+        # DeepFaceLab's XSeg face segmenter exported to ONNX. SHA-256 in yakhyo/uniface
+        # (uniface/constants.py, XSegWeights.DEFAULT) and in the Git-LFS pointers of the Hugging
+        # Face repos CountFloyd/deepfake (roop-unleashed's model host) and danelcsb/face (which
+        # also gives the size). FaceFusion's xseg_1/2/3.onnx are other exports of the same net
+        # (same contract, input named ``input``); their digests were not found attributably.
+        name="xseg",
+        role="occluder",
+        filename="xseg.onnx",
+        urls=(
+            "https://github.com/yakhyo/face-segmentation/releases/download/weights/xseg.onnx",
+            "https://huggingface.co/CountFloyd/deepfake/resolve/main/xseg.onnx",
+        ),
+        size=70_327_737,
+        sha256="0b57328efcb839d85973164b617ceee9dfe6cfcb2c82e8a033bba9f4f09b27e5",
+        licence=XSEG_LICENCE,
+        input_size=(256, 256),
+        layout="in (1, 256, 256, 3) NHWC BGR [0, 1] -> out (1, 256, 256, 1), 1 = face "
+               "(visible), 0 = occluded/background; aligned crop of the swap",
+    ),
+    ModelSpec(
+        # BiSeNet face parser, ResNet-34 backbone (yakhyo/face-parsing release ``resnet34.onnx``).
+        # SHA-256 in yakhyo/uniface (uniface/constants.py, ParsingWeights.RESNET34) and in
+        # VisoMaster (app/processors/models_data.py, faceparser_resnet34.onnx); size and digest in
+        # the Git-LFS pointer of huggingface.co/danelcsb/face. FaceFusion's own
+        # bisenet_resnet_34.onnx is a different file (93,632,546 B) of the same network.
+        name="bisenet_resnet34",
+        role="parser",
+        filename="bisenet_resnet34.onnx",
+        urls=(
+            "https://github.com/yakhyo/face-parsing/releases/download/weights/resnet34.onnx",
+            _VISO + "faceparser_resnet34.onnx",
+        ),
+        size=93_632_554,
+        sha256="5b805bba7b5660ab7070b5a381dcf75e5b3e04199f1e9387232a77a00095102e",
+        licence=BISENET_LICENCE,
+        input_size=(512, 512),
+        layout="input (N, 3, 512, 512) RGB, ImageNet mean/std -> output (N, 19, 512, 512) "
+               "CelebAMask-HQ logits (+2 auxiliary heads); aligned crop of the swap",
+    ),
+    ModelSpec(
+        # GFPGAN v1.4 as exported for Rope/VisoMaster/ReActor. SHA-256 in VisoMaster
+        # (app/processors/models_data.py), in ComfyUI ReActor's model hub (the Git-LFS pointer of
+        # huggingface.co/datasets/Gourieff/ReActor, which also gives the size) and in
+        # tednoob/crappy-face-swap's README; the same digest and size are in the LFS pointers of
+        # huggingface.co/netrunner-exe/Face-Upscalers-onnx and cncbec/wav2lip.
+        name="gfpgan_1.4",
+        role="enhancer",
+        filename="GFPGANv1.4.onnx",
+        urls=(
+            _HF_REACTOR + "GFPGANv1.4.onnx",
+            "https://huggingface.co/netrunner-exe/Face-Upscalers-onnx/resolve/main/"
+            "GFPGANv1.4.onnx",
+            _VISO + "GFPGANv1.4.onnx",
+        ),
+        size=340_256_690,
+        sha256="6548e54cbcf248af385248f0c1193b359c37a0f98b836282b09cf48af4fd2b73",
+        licence=GFPGAN_LICENCE,
+        input_size=(512, 512),
+        layout="input (1, 3, 512, 512) RGB [-1, 1] -> output (1, 3, 512, 512) RGB [-1, 1] "
+               "(clip); ffhq_512 alignment",
+    ),
+    ModelSpec(
+        # FaceFusion's own GFPGAN 1.4 export (models-3.0.0/gfpgan_1.4.onnx). SHA-256 in
+        # idootop/TinyFace (tinyface/core/enhancer.py) and in the Git-LFS pointer of
+        # huggingface.co/uwg/modelz_base (Extras/ffff_assets/gfpgan_1.4.onnx); the size is the
+        # one several public manifests give with that digest.
+        name="gfpgan_1.4_facefusion",
+        role="enhancer",
+        filename="gfpgan_1.4.onnx",
+        urls=(
+            "https://github.com/facefusion/facefusion-assets/releases/download/models-3.0.0/"
+            "gfpgan_1.4.onnx",
+            "https://huggingface.co/facefusion/models-3.0.0/resolve/main/gfpgan_1.4.onnx",
+        ),
+        size=340_299_087,
+        sha256="accc4757b26bdb89b32b4d3500d4f79c9dff97c1dd7c7104bf9dcb95e3311385",
+        licence=GFPGAN_LICENCE,
+        input_size=(512, 512),
+        layout="input (1, 3, 512, 512) RGB [-1, 1] -> first output (1, 3, 512, 512) RGB "
+               "[-1, 1] (clip); ffhq_512 alignment",
+    ),
+    ModelSpec(
+        # GPEN-BFR-512 as ReActor ships it. SHA-256 and size in the Git-LFS pointers of ComfyUI
+        # ReActor's hub (huggingface.co/datasets/Gourieff/ReActor) and of huggingface.co/fofr/
+        # comfyui (Replicate's ComfyUI weights), also Kuvshin/kuvshin8 and martintomov/comfy.
+        name="gpen_bfr_512",
+        role="enhancer",
+        filename="GPEN-BFR-512.onnx",
+        urls=(_HF_REACTOR + "GPEN-BFR-512.onnx",
+              "https://huggingface.co/fofr/comfyui/resolve/main/facerestore_models/"
+              "GPEN-BFR-512.onnx"),
+        size=284_244_491,
+        sha256="bf80acb8e91ba8852e3f012505be2c3b6cd6b3eed5ec605e3db87863c4e74d4e",
+        licence=GPEN_LICENCE,
+        input_size=(512, 512),
+        layout="input (1, 3, 512, 512) RGB [-1, 1] -> output (1, 3, 512, 512) RGB [-1, 1] "
+               "(clip); ffhq_512 alignment",
     ),
 )
 
@@ -203,14 +321,15 @@ def get_pack(name: str) -> PackSpec:
 
 
 def get_spec(name: str) -> ModelSpec:
-    """The catalog row called ``name`` (a ``.onnx`` suffix is tolerated).
+    """The catalog row called ``name`` (a ``.onnx`` suffix is tolerated), or whose file is ``name``
+    (``GFPGANv1.4.onnx`` finds ``gfpgan_1.4``, so ``livefuse models import PATH`` needs no name).
 
     Raises:
         UnknownModelError: no such row.
     """
     key = name.removesuffix(".onnx")
     for spec in CATALOG:
-        if spec.name == key:
+        if spec.name == key or spec.filename == name or spec.filename == f"{key}.onnx":
             return spec
     raise UnknownModelError(name)
 

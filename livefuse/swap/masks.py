@@ -1,0 +1,440 @@
+"""Face masks in aligned space: box, occlusion (XSeg), regions (BiSeNet parser) and the mouth.
+
+Every mask here is a float32 weight in [0, 1] over the **aligned crop** of a face (the space of the
+renderer's patch: the ArcFace-aligned 128 px crop for the neural renderer), 1 where the swapped face
+may show. The lead's paste multiplies them into the patch alpha::
+
+    alpha = combine_masks(box_mask(S), occluder.masks(crops), parser.region_masks(crops, regions),
+                          1 - keep_target_mask(...))          # per-pixel minimum
+
+Two input kinds, one contract (the model backends are independent of it):
+
+* host: ``crops`` is a sequence of ``(S, S, 3) uint8 BGR`` aligned crops (what
+  :func:`livefuse.swap.paste.align_crop` cuts); masks come back as a ``(N, S, S) float32`` array;
+* device: ``crops`` is a ``(N, 3, S, S)`` float tensor, RGB in [0, 1] (what
+  :func:`livefuse.swap.gpu_frame.align_crops` cuts, the renderer's own crops); masks come back as a
+  ``(N, S, S) float32`` tensor on the same device, with no host synchronisation.
+
+The crops are resized to the model's input (bilinear, no antialiasing, the same on both paths) and
+the masks back to ``S``; as in FaceFusion's face masker, a model mask is then softened by a
+Gaussian of ``feather`` × S and its lower half cut ((clip(m, 0.5, 1) - 0.5) × 2), which shrinks it
+slightly and feathers its edge. Model files: the catalog rows ``xseg`` (occluder) and
+``bisenet_resnet34`` (parser); the contracts are read from the graph, so FaceFusion's
+``xseg_1/2/3.onnx`` and ``bisenet_resnet_18/34.onnx`` run too.
+
+Occluder and parser objects are used from the inference thread only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import cv2
+import numpy as np
+
+from livefuse.faces.landmarks import INNER_MOUTH, mouth_open_ratio
+from livefuse.models.graph_runner import GraphError, GraphIO, Runner, make_runner, read_io
+from livefuse.types import Affine, FloatArray, Frame
+
+if TYPE_CHECKING:
+    import torch
+
+Padding = tuple[float, float, float, float]
+"""``(top, right, bottom, left)`` in percent of the crop size."""
+
+PARSER_LABELS: tuple[str, ...] = (
+    "background", "skin", "left-eyebrow", "right-eyebrow", "left-eye", "right-eye", "glasses",
+    "left-ear", "right-ear", "earring", "nose", "mouth", "upper-lip", "lower-lip", "neck",
+    "necklace", "cloth", "hair", "hat")
+"""The 19 CelebAMask-HQ classes in the parser's output order (FaceFusion's names)."""
+PARSER_CLASS: dict[str, int] = {name: i for i, name in enumerate(PARSER_LABELS)}
+FACE_REGIONS: tuple[str, ...] = ("skin", "left-eyebrow", "right-eyebrow", "left-eye", "right-eye",
+                                 "glasses", "nose", "mouth", "upper-lip", "lower-lip")
+"""The regions a swap may cover (FaceFusion's face-mask regions); the default region mask."""
+MOUTH_REGIONS: tuple[str, ...] = ("mouth",)
+"""The parser classes of the inner mouth (teeth, tongue, the dark gap): what is kept of the target
+when its mouth is open."""
+
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
+DEFAULT_FEATHER = 0.04
+"""Model-mask softening, as a fraction of the crop size (FaceFusion: σ = 5 px)."""
+MOUTH_OPEN_THRESHOLD = 0.12
+"""Inner-lip gap / mouth width above which the mouth counts as open (speech: 0.1-0.4)."""
+MOUTH_FEATHER = 0.01
+"""Softening for the parser's mouth mask: the default (σ = 4 % of the crop, then the lower half cut)
+would erase a mouth a few px high."""
+MOUTH_MIN_FRACTION = 0.004
+"""Without landmarks: the mouth counts as open when the parser's inner-mouth class covers at least
+this fraction of the aligned crop."""
+
+
+def _is_tensor(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+# ---------------------------------------------------------------------------------------- box
+
+@lru_cache(maxsize=32)
+def box_mask(size: int, padding: Padding = (0.0, 0.0, 0.0, 0.0), blur: float = 0.3) -> FloatArray:
+    """FaceFusion-style feathered box ``(size, size) float32`` (read-only; cached).
+
+    A border of ``padding`` percent (top, right, bottom, left), and at least a quarter of the blur
+    width, is set to 0, then a Gaussian of σ = ``blur`` × size / 8 softens the edge (``blur`` 0 = a
+    hard box with a 1 px border).
+    """
+    amount = int(size * 0.5 * blur)
+    edge = max(amount // 2, 1)
+    top, right, bottom, left = (max(edge, int(size * p / 100.0)) for p in padding)
+    mask = np.ones((size, size), np.float32)
+    mask[:top] = 0.0
+    mask[size - bottom:] = 0.0
+    mask[:, :left] = 0.0
+    mask[:, size - right:] = 0.0
+    soft = cv2.GaussianBlur(mask, (0, 0), amount * 0.25) if amount > 0 else mask
+    out = np.clip(soft, 0.0, 1.0).astype(np.float32)
+    out.setflags(write=False)
+    return out
+
+
+def combine_masks(*masks: Any) -> Any:
+    """Per-pixel minimum of the given masks (``None`` entries skipped), clipped to [0, 1].
+
+    Masks broadcast: ``(S, S)`` with ``(N, S, S)``; all host arrays or all tensors of one device.
+    """
+    ms = [m for m in masks if m is not None]
+    if not ms:
+        raise ValueError("combine_masks needs at least one mask")
+    if any(_is_tensor(m) for m in ms):
+        import torch
+
+        dev = next(m.device for m in ms if _is_tensor(m))
+        ts = [m if _is_tensor(m) else torch.as_tensor(np.asarray(m), device=dev) for m in ms]
+        out = ts[0].float()
+        for t in ts[1:]:
+            out = torch.minimum(out, t.float())
+        return out.clamp(0.0, 1.0)
+    out_np = np.asarray(ms[0], np.float32)
+    for m in ms[1:]:
+        out_np = np.minimum(out_np, np.asarray(m, np.float32))
+    return np.clip(out_np, 0.0, 1.0).astype(np.float32, copy=False)
+
+
+# ------------------------------------------------------------------------- resize and soften
+
+def _gauss_kernel(sigma: float) -> np.ndarray:
+    """OpenCV's kernel for ``GaussianBlur(float image, (0, 0), sigma)``."""
+    k = round(sigma * 8 + 1) | 1
+    return cv2.getGaussianKernel(k, sigma, cv2.CV_32F).ravel().astype(np.float32)
+
+
+def soften_host(masks: FloatArray, feather: float) -> FloatArray:
+    """``(N, S, S)``: blur σ = feather × S, then keep the upper half stretched to [0, 1]."""
+    if feather <= 0:
+        return masks
+    s = masks.shape[-1]
+    sigma = feather * s
+    out = np.stack([cv2.GaussianBlur(np.ascontiguousarray(m), (0, 0), sigma) for m in masks])
+    return ((np.clip(out, 0.5, 1.0) - 0.5) * 2.0).astype(np.float32)
+
+
+def soften_device(masks: torch.Tensor, feather: float) -> torch.Tensor:
+    """:func:`soften_host` on a ``(N, S, S)`` tensor (separable conv, reflect-101 border)."""
+    if feather <= 0:
+        return masks
+    import torch
+    import torch.nn.functional as F
+
+    s = int(masks.shape[-1])
+    k = torch.from_numpy(_gauss_kernel(feather * s)).to(masks.device, masks.dtype)
+    r = (int(k.numel()) - 1) // 2
+    x = masks[:, None]
+    if r >= s:  # wider than the crop: reflect padding cannot; replicate what cv2 would roughly do
+        x = F.pad(x, (r, r, r, r), mode="replicate")
+    else:
+        x = F.pad(x, (r, r, r, r), mode="reflect")
+    x = F.conv2d(x, k.view(1, 1, 1, -1))
+    x = F.conv2d(x, k.view(1, 1, -1, 1))
+    return ((x[:, 0].clamp(0.5, 1.0) - 0.5) * 2.0).contiguous()
+
+
+def _resize_host(imgs: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """``(N, H, W[, C])`` float32 → ``(N, h, w[, C])`` bilinear; ``size = (w, h)``."""
+    if imgs.shape[2] == size[0] and imgs.shape[1] == size[1]:
+        return imgs
+    return np.stack([cv2.resize(np.ascontiguousarray(im), size, interpolation=cv2.INTER_LINEAR)
+                     for im in imgs])
+
+
+def _resize_device(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """``(N, C, H, W)`` → ``(N, C, h, w)`` bilinear (no antialiasing, like cv2's INTER_LINEAR)."""
+    import torch.nn.functional as F
+
+    if int(x.shape[-1]) == size[0] and int(x.shape[-2]) == size[1]:
+        return x
+    return F.interpolate(x, size=(size[1], size[0]), mode="bilinear", align_corners=False)
+
+
+def _host_batch(crops: Sequence[Frame] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(crops) if isinstance(crops, np.ndarray) else np.stack(list(crops))
+    if arr.ndim != 4 or arr.shape[-1] != 3 or arr.shape[1] != arr.shape[2]:
+        raise ValueError(f"host crops must be (N, S, S, 3) BGR, got {arr.shape}")
+    return arr.astype(np.float32) * np.float32(1.0 / 255.0)
+
+
+# ------------------------------------------------------------------------------------- models
+
+class _MaskModel:
+    """Shared plumbing: the runner, the graph contract, host/device dispatch."""
+
+    default_size = 256
+
+    def __init__(self, path: str | Path | None, backend: str = "torch", device: str = "cpu",
+                 precision: str = "auto", *, module: Any = None, io: GraphIO | None = None,
+                 threads: int | None = None, cuda_graph: bool = False,
+                 feather: float = DEFAULT_FEATHER) -> None:
+        self.path = Path(path) if path is not None else None
+        if io is None:
+            if self.path is None:
+                raise ValueError("a model path, or a module with its GraphIO, is needed")
+            io = read_io(self.path)
+        self.io = io
+        self.runner: Runner = make_runner(self.path, backend, device=device, precision=precision,
+                                          module=module, io=io, threads=threads,
+                                          cuda_graph=cuda_graph)
+        self.backend = backend
+        self.device = device
+        self.feather = feather
+        self._check_io()
+
+    @property
+    def precision(self) -> str:
+        return self.runner.precision
+
+    def _check_io(self) -> None:  # pragma: no cover - overridden
+        pass
+
+    def _infer_host(self, blob: np.ndarray) -> np.ndarray:
+        return self.runner.run(blob)[0]
+
+    def _infer_device(self, blob: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        if self.runner.backend == "torch":
+            return self.runner.run_tensors(blob)[0]  # type: ignore[union-attr]
+        out = self.runner.run(blob.float().cpu().numpy())[0]
+        return torch.from_numpy(out).to(blob.device)
+
+
+class Occluder(_MaskModel):
+    """Occlusion masks from an XSeg-contract model (1 = face visible, 0 = something in front).
+
+    Args:
+        path: the .onnx file (catalog row ``xseg``; any XSeg export: NHWC or NCHW input of 3
+            BGR channels in [0, 1], one output of one channel in [0, 1]).
+        backend: ``torch`` (``OnnxModule``, or ``module``) or ``onnxruntime``.
+        device: ``cpu`` or ``cuda[:N]`` (where the torch backend runs; onnxruntime picks its
+            providers from it).
+        precision: ``auto`` (fp16 on capable CUDA devices, fp32 on the CPU), ``fp32``, ``fp16``.
+        module: (torch) run this module instead of loading ``path`` (a replica in tests);
+            ``io`` then gives its contract when there is no file.
+        feather: mask softening, fraction of the crop size (0 = the raw model mask).
+
+    Raises:
+        GraphError: the graph is not an XSeg-contract model.
+        ProviderError: onnxruntime cannot open the file.
+    """
+
+    def _check_io(self) -> None:
+        shape = self.io.input_shapes[0] if self.io.input_shapes else ()
+        if len(shape) != 4 or 3 not in (shape[1], shape[3]):
+            raise GraphError(self.path or "<module>", f"occluder input shape {shape} is not "
+                             "(N, H, W, 3) or (N, 3, H, W)")
+        self.nhwc = shape[3] == 3
+        h, w = (shape[1], shape[2]) if self.nhwc else (shape[2], shape[3])
+        self.input_size = (w if isinstance(w, int) else self.default_size,
+                           h if isinstance(h, int) else self.default_size)
+
+    def masks(self, crops: Any) -> Any:
+        """Occlusion masks of aligned crops: ``(N, S, S) float32`` (host array or device tensor,
+        as the input; see the module docstring)."""
+        if _is_tensor(crops):
+            return self._masks_device(crops)
+        x = _host_batch(crops)  # BGR [0, 1]
+        n, s = x.shape[0], x.shape[1]
+        if n == 0:
+            return np.zeros((0, s, s), np.float32)
+        blob = _resize_host(x, self.input_size)
+        if not self.nhwc:
+            blob = blob.transpose(0, 3, 1, 2)
+        out = self._infer_host(np.ascontiguousarray(blob))
+        m = np.clip(out.reshape(n, self.input_size[1], self.input_size[0]), 0.0, 1.0)
+        m = _resize_host(m.astype(np.float32), (s, s))
+        return soften_host(m, self.feather)
+
+    def _masks_device(self, crops: torch.Tensor) -> torch.Tensor:
+        n, s = int(crops.shape[0]), int(crops.shape[-1])
+        if n == 0:
+            return crops.new_zeros((0, s, s), dtype=crops.dtype).float()
+        blob = _resize_device(crops.float().flip(1), self.input_size)  # RGB -> BGR
+        if self.nhwc:
+            blob = blob.permute(0, 2, 3, 1)
+        out = self._infer_device(blob.contiguous()).float()
+        m = out.reshape(n, 1, self.input_size[1], self.input_size[0]).clamp(0.0, 1.0)
+        return soften_device(_resize_device(m, (s, s))[:, 0], self.feather)
+
+
+class FaceParser(_MaskModel):
+    """Region masks from a BiSeNet-contract face parser (19 CelebAMask-HQ classes).
+
+    Args: as :class:`Occluder` (``path``: catalog row ``bisenet_resnet34``; input ``(N, 3, H, W)``
+    ImageNet-normalised RGB, first output ``(N, 19, H, W)`` logits).
+    """
+
+    default_size = 512
+
+    def _check_io(self) -> None:
+        shape = self.io.input_shapes[0] if self.io.input_shapes else ()
+        if len(shape) != 4 or shape[1] != 3:
+            raise GraphError(self.path or "<module>", f"parser input shape {shape} is not "
+                             "(N, 3, H, W)")
+        h, w = shape[2], shape[3]
+        self.input_size = (w if isinstance(w, int) else self.default_size,
+                           h if isinstance(h, int) else self.default_size)
+
+    @staticmethod
+    def class_ids(regions: Sequence[str]) -> list[int]:
+        """Class indices of region names (see :data:`PARSER_LABELS`).
+
+        Raises:
+            ValueError: an unknown region name.
+        """
+        unknown = [r for r in regions if r not in PARSER_CLASS]
+        if unknown:
+            raise ValueError(f"unknown face region(s) {unknown}; known: {', '.join(PARSER_LABELS)}")
+        return [PARSER_CLASS[r] for r in regions]
+
+    def labels(self, crops: Any) -> Any:
+        """Class index per pixel at the parser's resolution: ``(N, H, W)`` (uint8 host array or
+        int64 tensor)."""
+        if _is_tensor(crops):
+            blob_t = _resize_device(crops.float(), self.input_size)
+            mean = blob_t.new_tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
+            std = blob_t.new_tensor(IMAGENET_STD).view(1, 3, 1, 1)
+            return self._infer_device(((blob_t - mean) / std).contiguous()).argmax(1)
+        x = _host_batch(crops)[..., ::-1]  # BGR -> RGB
+        blob = (_resize_host(np.ascontiguousarray(x), self.input_size) - IMAGENET_MEAN) \
+            / IMAGENET_STD
+        out = self._infer_host(np.ascontiguousarray(blob.transpose(0, 3, 1, 2), np.float32))
+        return out.argmax(1).astype(np.uint8)
+
+    def region_masks(self, crops: Any, regions: Sequence[str] = FACE_REGIONS,
+                     feather: float | None = None) -> Any:
+        """``(N, S, S) float32``: 1 where the pixel belongs to one of ``regions``, softened by
+        ``feather`` (default: the instance's; use :data:`MOUTH_FEATHER` for the mouth)."""
+        ids = self.class_ids(regions)
+        feather = self.feather if feather is None else feather
+        if _is_tensor(crops):
+            import torch
+
+            n, s = int(crops.shape[0]), int(crops.shape[-1])
+            if n == 0:
+                return torch.zeros((0, s, s), device=crops.device)
+            lab_t = self.labels(crops)
+            hit_t = torch.isin(lab_t, torch.tensor(ids, device=lab_t.device)).float()[:, None]
+            return soften_device(_resize_device(hit_t, (s, s))[:, 0], feather)
+        x = np.asarray(crops) if isinstance(crops, np.ndarray) else list(crops)
+        n = len(x)
+        s = int(np.asarray(x[0]).shape[0]) if n else 0
+        if n == 0:
+            return np.zeros((0, s, s), np.float32)
+        lab = self.labels(crops)
+        hit = np.isin(lab, ids).astype(np.float32)
+        return soften_host(_resize_host(hit, (s, s)), feather)
+
+
+# ---------------------------------------------------------------------------------- the mouth
+
+def inner_mouth_mask(landmarks: FloatArray, affine: Affine, size: int,
+                     grow: float = 0.15) -> FloatArray:
+    """The target's inner mouth (68-point landmarks 60-67) in aligned space, ``(S, S) float32``.
+
+    The polygon is mapped by ``affine`` (frame px → crop px), grown by ``grow`` about its centre
+    and feathered by ~1.5 % of the crop.
+    """
+    pts = np.asarray(landmarks, np.float64).reshape(-1, 2)[INNER_MOUTH]
+    pts = pts @ np.asarray(affine, np.float64)[:, :2].T + np.asarray(affine, np.float64)[:, 2]
+    c = pts.mean(0)
+    pts = c + (pts - c) * (1.0 + grow)
+    mask = np.zeros((size, size), np.float32)
+    cv2.fillPoly(mask, [np.round(pts * 16).astype(np.int32)], 1.0, lineType=cv2.LINE_AA, shift=4)
+    sigma = max(size * 0.015, 0.5)
+    return np.clip(cv2.GaussianBlur(mask, (0, 0), sigma) * 1.5, 0.0, 1.0).astype(np.float32)
+
+
+def mouth_mask(size: int, *, landmarks: FloatArray | None = None, affine: Affine | None = None,
+               parser_mouth: Any = None) -> Any:
+    """The target's mouth in aligned space, ``(S, S)``: from the 68 landmarks when given (the
+    classic path; needs ``affine``), else the parser's inner-mouth mask (``parser_mouth``, e.g.
+    ``parser.region_masks(crops, MOUTH_REGIONS, feather=MOUTH_FEATHER)[i]``: the neural path has
+    only 5 kps).
+
+    Raises:
+        ValueError: neither landmarks with an affine nor a parser mask.
+    """
+    if landmarks is not None and affine is not None:
+        return inner_mouth_mask(landmarks, affine, size)
+    if parser_mouth is not None:
+        return parser_mouth
+    raise ValueError("mouth_mask needs 68 landmarks and the affine, or the parser's mouth mask")
+
+
+def keep_target_mask(size: int, *, landmarks: FloatArray | None = None,
+                     affine: Affine | None = None, parser_mouth: Any = None,
+                     open_threshold: float = MOUTH_OPEN_THRESHOLD,
+                     min_fraction: float = MOUTH_MIN_FRACTION) -> Any:
+    """Where to keep the **target** (1) instead of the swap, in aligned space, ``(S, S)``.
+
+    The target's inner mouth when its mouth is open, zeros when closed:
+
+    * with 68 landmarks (+ ``affine``): open when :func:`mouth_open_ratio` >= ``open_threshold``;
+    * with the parser's mouth mask only: open when it covers >= ``min_fraction`` of the crop,
+      decided without a host sync for a tensor.
+
+    Use it as ``combine_masks(..., 1 - keep)``.
+    """
+    if landmarks is not None and affine is not None:
+        if mouth_open_ratio(landmarks) < open_threshold:
+            return np.zeros((size, size), np.float32)
+        return inner_mouth_mask(landmarks, affine, size)
+    m = mouth_mask(size, parser_mouth=parser_mouth)
+    if _is_tensor(m):
+        return m * (m.mean() >= min_fraction).to(m.dtype)
+    m = np.asarray(m, np.float32)
+    return m if float(m.mean()) >= min_fraction else np.zeros_like(m)
+
+
+__all__ = [
+    "DEFAULT_FEATHER",
+    "FACE_REGIONS",
+    "MOUTH_FEATHER",
+    "MOUTH_MIN_FRACTION",
+    "MOUTH_OPEN_THRESHOLD",
+    "MOUTH_REGIONS",
+    "PARSER_CLASS",
+    "PARSER_LABELS",
+    "FaceParser",
+    "Occluder",
+    "Padding",
+    "box_mask",
+    "combine_masks",
+    "inner_mouth_mask",
+    "keep_target_mask",
+    "mouth_mask",
+    "mouth_open_ratio",
+    "soften_device",
+    "soften_host",
+]

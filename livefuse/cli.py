@@ -16,8 +16,8 @@ from livefuse.errors import LivefuseError
 def _engine_args(p: argparse.ArgumentParser) -> None:
     add_engine_args(p)
     p.add_argument("--source-face-index", type=int, default=None,
-                   help="face of the source photo to use, left to right from 0 (default: the "
-                        "largest, ties to the left-most)")
+                   help="face of the source photo to use, left to right from 0 among the "
+                        "plausible faces (default: the most confident one)")
     p.add_argument("--reference", type=Path, default=None,
                    help="photo of the target person, for --face-selector reference")
 

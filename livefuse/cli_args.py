@@ -8,6 +8,9 @@ import sys
 from livefuse.config import (
     BACKEND_CHOICES,
     BLEND_CHOICES,
+    ENHANCER_CHOICES,
+    FACE_MASK_REGION_CHOICES,
+    FACE_MASK_TYPE_CHOICES,
     FACE_SELECTOR_CHOICES,
     PIXEL_BOOST_CHOICES,
     PRECISION_CHOICES,
@@ -76,6 +79,27 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
                    default=d.pixel_boost,
                    help="neural: swap at this aligned size (the 128 px model on 2x2, 3x3 or 4x4 "
                         "sub-grids: sharper, 4/9/16x the work) (default: %(default)s)")
+    p.add_argument("--face-mask-types", nargs="+", choices=FACE_MASK_TYPE_CHOICES,
+                   default=list(d.face_mask_types), metavar="TYPE",
+                   help="neural: masks on top of the feathered edge: box (padded, blurred box), "
+                        "occlusion (XSeg: keeps what is in front of the face), region (BiSeNet "
+                        "parser: only --face-mask-regions; keeps an open mouth) (default: none)")
+    p.add_argument("--face-mask-regions", nargs="+", choices=FACE_MASK_REGION_CHOICES,
+                   default=list(d.face_mask_regions), metavar="REGION",
+                   help="neural, with the region mask: the regions swapped "
+                        f"({', '.join(FACE_MASK_REGION_CHOICES)}) (default: all)")
+    p.add_argument("--face-mask-blur", type=float, default=d.face_mask_blur,
+                   help="neural, box mask: blur, 0..1 (default: %(default)s)")
+    p.add_argument("--face-mask-padding", type=float, nargs=4, default=list(d.face_mask_padding),
+                   metavar=("TOP", "RIGHT", "BOTTOM", "LEFT"),
+                   help="neural, box mask: padding in percent (default: 0 0 0 0)")
+    p.add_argument("--enhancer", choices=ENHANCER_CHOICES, default=None,
+                   help="face enhancer run on each swapped face at 512 px (needs its model: "
+                        "`livefuse models fetch NAME`); with the cache on it runs on cache misses "
+                        "only (default: none)")
+    p.add_argument("--enhancer-blend", type=float, default=d.enhancer_blend,
+                   help="0..100: how much of the enhancer's output is used "
+                        "(default: %(default)s)")
     p.add_argument("--no-smooth", dest="smooth", action="store_false",
                    help="do not steady landmarks between frames (One-Euro filter; default: on)")
 
@@ -101,4 +125,9 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         target_face_index=args.target_face_index,
                         detect_every=args.detect_every, blend=args.blend,
                         keep_mouth=args.keep_mouth, rotation=args.rotation,
-                        smooth=args.smooth, pixel_boost=args.pixel_boost).validate()
+                        smooth=args.smooth, pixel_boost=args.pixel_boost,
+                        face_mask_types=tuple(args.face_mask_types),
+                        face_mask_regions=tuple(args.face_mask_regions),
+                        face_mask_blur=args.face_mask_blur,
+                        face_mask_padding=tuple(args.face_mask_padding),
+                        enhancer=args.enhancer, enhancer_blend=args.enhancer_blend).validate()

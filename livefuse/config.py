@@ -34,12 +34,23 @@ FACE_SELECTOR_CHOICES: tuple[str, ...] = get_args(FaceSelector)
 BLEND_CHOICES: tuple[str, ...] = get_args(BlendMode)
 CAPTURE_CHOICES: tuple[str, ...] = get_args(CaptureKind)
 ROTATION_CHOICES: tuple[str, ...] = get_args(Rotation)
+FACE_MASK_TYPE_CHOICES: tuple[str, ...] = ("box", "occlusion", "region")
+"""Neural engine masks, combined by per-pixel minimum with the built-in feathered edge: ``box``
+(FaceFusion's padded, blurred box), ``occlusion`` (the XSeg occluder model: what is in front of
+the face stays), ``region`` (the BiSeNet face parser: only the chosen regions are swapped)."""
+FACE_MASK_REGION_CHOICES: tuple[str, ...] = (
+    "skin", "left-eyebrow", "right-eyebrow", "left-eye", "right-eye", "glasses", "nose", "mouth",
+    "upper-lip", "lower-lip")
+"""Regions the ``region`` mask can keep (FaceFusion's face-mask regions; parser classes)."""
+ENHANCER_CHOICES: tuple[str, ...] = ("gfpgan_1.4", "gfpgan_1.4_facefusion", "gpen_bfr_512")
+"""Face enhancer models (catalog rows)."""
 PIXEL_BOOST_CHOICES: tuple[int, ...] = (128, 256, 384, 512)
 """Aligned sizes of the neural swap: 128 (inswapper's own), or pixel boost's 2×2, 3×3, 4×4."""
 RESOLUTION_CHOICES: tuple[tuple[int, int], ...] = ((640, 480), (1280, 720), (1920, 1080))
 """Camera sizes offered by the app (any size works from the CLI)."""
 
-MODEL_RELOAD_FIELDS = frozenset({"engine", "precision", "backend", "device", "models_dir"})
+MODEL_RELOAD_FIELDS = frozenset({"engine", "precision", "backend", "device", "models_dir",
+                                 "face_mask_types", "enhancer"})
 """EngineConfig fields whose change needs the models loaded again; the others are taken by a
 running engine in place (:meth:`livefuse.engine.Engine.apply`)."""
 
@@ -78,6 +89,15 @@ class EngineConfig:
         pixel_boost: neural engine: the aligned size the face is swapped at (see
             :data:`PIXEL_BOOST_CHOICES`); above 128 the 128 px model runs on the strided
             sub-grids (4, 9 or 16 runs per face, one batch).
+        face_mask_types: neural engine: masks on top of the feathered edge (see
+            :data:`FACE_MASK_TYPE_CHOICES`); ``region`` also keeps the target's open mouth when
+            ``keep_mouth`` is on.
+        face_mask_regions: with the ``region`` mask, the regions swapped.
+        face_mask_blur: the ``box`` mask's blur, 0..1 of half the crop (FaceFusion's 0.3).
+        face_mask_padding: the ``box`` mask's padding, percent (top, right, bottom, left).
+        enhancer: a face enhancer model (:data:`ENHANCER_CHOICES`) run on each swapped face at
+            512 px, or ``None``. With the pose cache on, it runs on cache misses only.
+        enhancer_blend: 0..100, how much of the enhancer's output is used.
     """
 
     engine: EngineName = "classic"
@@ -95,6 +115,19 @@ class EngineConfig:
     rotation: Rotation = "auto"
     smooth: bool = True
     pixel_boost: int = 128
+    face_mask_types: tuple[str, ...] = ()
+    face_mask_regions: tuple[str, ...] = FACE_MASK_REGION_CHOICES
+    face_mask_blur: float = 0.3
+    face_mask_padding: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    enhancer: str | None = None
+    enhancer_blend: float = 80.0
+
+    def __post_init__(self) -> None:
+        # TOML and argparse give lists; frozen settings hold tuples (hashable, comparable)
+        for name in ("face_mask_types", "face_mask_regions", "face_mask_padding"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
 
     def validate(self) -> EngineConfig:
         """Return ``self`` or raise :class:`ConfigError` naming the bad field."""
@@ -104,6 +137,25 @@ class EngineConfig:
         _check_choice("face_selector", self.face_selector, FACE_SELECTOR_CHOICES)
         _check_choice("blend", self.blend, BLEND_CHOICES)
         _check_choice("rotation", self.rotation, ROTATION_CHOICES)
+        for name, values, choices in (
+                ("face_mask_types", self.face_mask_types, FACE_MASK_TYPE_CHOICES),
+                ("face_mask_regions", self.face_mask_regions, FACE_MASK_REGION_CHOICES)):
+            unknown = [v for v in values if v not in choices]
+            if unknown:
+                raise ConfigError(f"{name}: {', '.join(map(str, unknown))} not among "
+                                  f"{', '.join(choices)}")
+        if "region" in self.face_mask_types and not self.face_mask_regions:
+            raise ConfigError("the region mask needs at least one of face_mask_regions")
+        if not 0.0 <= self.face_mask_blur <= 1.0:
+            raise ConfigError(f"face_mask_blur={self.face_mask_blur} must be within 0..1")
+        if len(self.face_mask_padding) != 4 or \
+                not all(0.0 <= p <= 100.0 for p in self.face_mask_padding):
+            raise ConfigError(f"face_mask_padding={self.face_mask_padding} must be 4 values "
+                              "within 0..100 (top, right, bottom, left)")
+        if self.enhancer is not None:
+            _check_choice("enhancer", self.enhancer, ENHANCER_CHOICES)
+        if not 0.0 <= self.enhancer_blend <= 100.0:
+            raise ConfigError(f"enhancer_blend={self.enhancer_blend} must be within 0..100")
         if self.pixel_boost not in PIXEL_BOOST_CHOICES:
             raise ConfigError(f"pixel_boost={self.pixel_boost} is not one of "
                               f"{', '.join(map(str, PIXEL_BOOST_CHOICES))}")

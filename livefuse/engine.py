@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from livefuse.cache import PoseCache, pose_key
 from livefuse.config import MODEL_RELOAD_FIELDS, CacheConfig, EngineConfig
@@ -27,12 +27,19 @@ from livefuse.faces.smoothing import FaceSmoother
 from livefuse.faces.tracking import FaceTracker, iou
 from livefuse.imaging import LoadedImage
 from livefuse.swap.paste import Roi, paste_all, rewarp
+
+if TYPE_CHECKING:
+    from livefuse.swap.enhance import FaceEnhancer
 from livefuse.swap.renderer import Renderer
 from livefuse.types import Face, FloatArray, Frame, FramePacket, Patch, StagedFrame
 
 
 def _ms(t0: int) -> float:
     return (time.perf_counter_ns() - t0) / 1e6
+
+
+def _union(a: Roi, b: Roi) -> Roi:
+    return min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])
 
 
 # Landmarks that fix the re-warp of a cached face: brows, nose, eyes (iBUG 300-W 17..47); they
@@ -60,6 +67,10 @@ class Engine:
             (:func:`livefuse.swap.neural_engine.build_neural`).
         sync_timings: wait for the device at each stage boundary so ``timings_ms`` are the
             stages' own GPU times (benchmarks); off by default (it costs overlap).
+        enhancer: a face enhancer built by the caller; by default the one ``config.enhancer``
+            names (from the catalog), or none. It runs on each face right after its swap is
+            pasted; with the cache on, only on cache misses (its patch is stored beside the
+            swap's and re-warped with it).
 
     Raises:
         ConfigError: invalid config.
@@ -70,7 +81,7 @@ class Engine:
     def __init__(self, config: EngineConfig, analyser: Analyser | None = None,
                  cache: CacheConfig | None = None,
                  components: tuple[Analyser, Renderer] | None = None,
-                 sync_timings: bool = False) -> None:
+                 sync_timings: bool = False, enhancer: FaceEnhancer | None = None) -> None:
         self.config = config.validate()
         self.analyser: Analyser
         self.renderer: Renderer
@@ -103,6 +114,15 @@ class Engine:
             from livefuse.swap.gpu_frame import FrameStager
 
             self.stager = FrameStager(self.renderer.device)
+        self.enhancer = enhancer
+        if enhancer is None and config.enhancer is not None:
+            from livefuse.swap.enhance import FaceEnhancer
+
+            on_gpu = self.renderer.device.startswith("cuda")
+            self.enhancer = FaceEnhancer(config.enhancer,
+                                         backend="torch" if on_gpu else "onnxruntime",
+                                         device=self.renderer.device, blend=config.enhancer_blend,
+                                         models_dir=config.models_dir, cuda_graph=on_gpu)
 
     # -- source / reference -------------------------------------------------------------------
     def set_source(self, image: LoadedImage, face_index: int | None = None,
@@ -159,6 +179,8 @@ class Engine:
             return True
         self.config = config
         self.tracker.detect_every = config.detect_every
+        if self.enhancer is not None:
+            self.enhancer.blend = config.enhancer_blend
         self.renderer.configure(config)
         self.reset_tracking()
         self.cache.invalidate()
@@ -239,11 +261,13 @@ class Engine:
             targets = self.smoother(targets, t_s)
         return targets, detected
 
-    def _patches(self, frame: StagedFrame, faces: Sequence[Face]) -> tuple[list[Patch | None],
-                                                                            int]:
-        """One patch per face: re-warped from the cache on a hit, rendered (as one batch) on a
-        miss. Returns the patches and the number of hits."""
-        patches: list[Patch | None] = [None] * len(faces)
+    def _patches(self, frame: StagedFrame, faces: Sequence[Face]
+                 ) -> tuple[list[Patch | None], list[Patch | None], list[int], list[Any], int]:
+        """Swap patches per face: re-warped from the cache on a hit (with the enhancer's layer,
+        when one was stored), rendered as one batch on a miss. Returns the swap patches, the
+        cached enhancer patches, the misses' indices, the cache keys and the number of hits."""
+        swap: list[Patch | None] = [None] * len(faces)
+        enh: list[Patch | None] = [None] * len(faces)
         keys: list[Any] = [None] * len(faces)
         misses = []
         for i, face in enumerate(faces):
@@ -251,33 +275,43 @@ class Engine:
                 keys[i] = pose_key(frame.host, face)
                 hit = self.cache.lookup(face.track_id, keys[i])
                 if hit is not None:
-                    patch, points = hit
-                    patches[i] = rewarp(patch, points, alignment_points(face))
+                    layers, points = hit
+                    now = alignment_points(face)
+                    swap[i] = rewarp(layers[0], points, now)
+                    enh[i] = None if layers[1] is None else rewarp(layers[1], points, now)
                     continue
             misses.append(i)
-        hits = len(faces) - len(misses)
         if misses:
             rendered = self.renderer.render(frame, [faces[i] for i in misses], self._source)
             for i, patch in zip(misses, rendered, strict=True):
-                patches[i] = patch
-                if not self.cache.enabled:
-                    continue
-                if patch is None:
-                    self.cache.invalidate(faces[i].track_id)
-                else:
-                    self.cache.store(faces[i].track_id, keys[i],
-                                     (patch, alignment_points(faces[i])))
-        return patches, hits
+                swap[i] = patch
+        return swap, enh, misses, keys, len(faces) - len(misses)
 
     def _paste(self, frame: StagedFrame, patches: Sequence[Patch | None],
                out: Frame) -> list[Roi | None]:
+        """Paste one layer: into ``out`` on the host, or into the staged device frame (the
+        regions come back in :meth:`_download`)."""
         if any(p is not None and p.on_device for p in patches):
-            from livefuse.swap.gpu_frame import download_rois, paste_patches
+            from livefuse.swap.gpu_frame import paste_patches
 
-            rois = paste_patches(frame.device, patches)
-            download_rois(frame.device, rois, out)
-            return rois
+            return paste_patches(frame.device, patches)
         return paste_all(out, patches)
+
+    @staticmethod
+    def _download(frame: StagedFrame, rois: Sequence[Roi | None], out: Frame,
+                  on_device: bool) -> None:
+        if on_device:
+            from livefuse.swap.gpu_frame import download_rois
+
+            download_rois(frame.device, rois, out)
+
+    def _enhance(self, frame: StagedFrame, faces: Sequence[Face], swapped: Sequence[int],
+                 out: Frame, on_device: bool) -> list[Patch | None]:
+        """The enhancer's patches for the faces just swapped (``swapped`` indices), computed on
+        the frame with their swap already pasted."""
+        assert self.enhancer is not None
+        target = frame.device if on_device else out
+        return self.enhancer.enhance(target, [faces[i].kps for i in swapped])
 
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
@@ -324,15 +358,40 @@ class Engine:
         packet.timings_ms["detect" if packet.detected else "track"] = _ms(t0)
 
         t1 = time.perf_counter_ns()
-        patches, packet.cache_hits = self._patches(staged, targets)
+        swap, enh, misses, keys, packet.cache_hits = self._patches(staged, targets)
         self._sync()
         packet.timings_ms["render"] = _ms(t1)
 
         t2 = time.perf_counter_ns()
         out = staged.host if in_place else staged.host.copy()
-        rois = self._paste(staged, patches, out)
+        on_device = any(p is not None and p.on_device for p in swap)
+        rois = self._paste(staged, swap, out)
+        if self.enhancer is not None:
+            todo = [i for i in misses if rois[i] is not None]
+            if todo:
+                self._sync()
+                packet.timings_ms["paste"] = _ms(t2)
+                t3 = time.perf_counter_ns()
+                for i, p in zip(todo, self._enhance(staged, targets, todo, out, on_device),
+                                strict=True):
+                    enh[i] = p
+                self._sync()
+                packet.timings_ms["enhance"] = _ms(t3)
+                t2 = time.perf_counter_ns()
+            enh_rois = self._paste(staged, enh, out)
+            rois = [a if b is None else b if a is None else _union(a, b)
+                    for a, b in zip(rois, enh_rois, strict=True)]
+        self._download(staged, rois, out, on_device)
+        packet.timings_ms["paste"] = packet.timings_ms.get("paste", 0.0) + _ms(t2)
+        if self.cache.enabled:
+            for i in misses:
+                tid = targets[i].track_id
+                if swap[i] is None:
+                    self.cache.invalidate(tid)
+                else:
+                    self.cache.store(tid, keys[i], ((swap[i], enh[i]),
+                                                    alignment_points(targets[i])))
         packet.swapped = sum(r is not None for r in rois)
-        packet.timings_ms["paste"] = _ms(t2)
         packet.output = out
         return packet
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import cv2
 import numpy as np
 
+from livefuse.config import FACE_MASK_REGION_CHOICES
 from livefuse.faces.landmarks import INNER_MOUTH, mouth_open_ratio
 from livefuse.models.graph_runner import GraphError, GraphIO, Runner, make_runner, read_io
 from livefuse.types import Affine, FloatArray, Frame
@@ -51,8 +52,7 @@ PARSER_LABELS: tuple[str, ...] = (
     "necklace", "cloth", "hair", "hat")
 """The 19 CelebAMask-HQ classes in the parser's output order (FaceFusion's names)."""
 PARSER_CLASS: dict[str, int] = {name: i for i, name in enumerate(PARSER_LABELS)}
-FACE_REGIONS: tuple[str, ...] = ("skin", "left-eyebrow", "right-eyebrow", "left-eye", "right-eye",
-                                 "glasses", "nose", "mouth", "upper-lip", "lower-lip")
+FACE_REGIONS: tuple[str, ...] = FACE_MASK_REGION_CHOICES
 """The regions a swap may cover (FaceFusion's face-mask regions); the default region mask."""
 MOUTH_REGIONS: tuple[str, ...] = ("mouth",)
 """The parser classes of the inner mouth (teeth, tongue, the dark gap): what is kept of the target
@@ -417,6 +417,79 @@ def keep_target_mask(size: int, *, landmarks: FloatArray | None = None,
     return m if float(m.mean()) >= min_fraction else np.zeros_like(m)
 
 
+class FaceMasker:
+    """The neural renderer's mask stage: the patch alpha of each face from the configured masks.
+
+    Args:
+        types: the masks on (``box``, ``occlusion``, ``region``), see
+            :data:`livefuse.config.FACE_MASK_TYPE_CHOICES`.
+        regions: the parser regions kept by the ``region`` mask.
+        blur, padding: the ``box`` mask's.
+        occluder: the XSeg model (needed for ``occlusion``).
+        parser: the face parser (needed for ``region``; it also gives the target's mouth).
+        keep_mouth: keep the target's inner mouth when it is open (needs the parser).
+
+    Raises:
+        ValueError: a mask type whose model was not given.
+    """
+
+    def __init__(self, types: Sequence[str] = (), regions: Sequence[str] = FACE_REGIONS,
+                 blur: float = 0.3, padding: Padding = (0.0, 0.0, 0.0, 0.0),
+                 occluder: Occluder | None = None, parser: FaceParser | None = None,
+                 keep_mouth: bool = True) -> None:
+        if "occlusion" in types and occluder is None:
+            raise ValueError("the occlusion mask needs the occluder model")
+        if "region" in types and parser is None:
+            raise ValueError("the region mask needs the face parser model")
+        FaceParser.class_ids(regions)
+        self.types, self.regions = tuple(types), tuple(regions)
+        self.blur, self.padding = blur, tuple(padding)
+        self.occluder = occluder if "occlusion" in types else None
+        self.parser = parser if "region" in types else None
+        self.keep_mouth = keep_mouth
+
+    def configure(self, regions: Sequence[str], blur: float, padding: Padding,
+                  keep_mouth: bool) -> None:
+        """Take settings that need no model (between frames)."""
+        FaceParser.class_ids(regions)
+        self.regions, self.blur, self.padding = tuple(regions), blur, tuple(padding)
+        self.keep_mouth = keep_mouth
+
+    def alphas(self, crops: Any, edge: Any) -> Any:
+        """Per-face alphas ``(N, S, S)`` for aligned target crops (host list of ``(S, S, 3)
+        uint8 BGR`` or a device ``(N, 3, S, S)`` RGB [0, 1] tensor): the per-pixel minimum of
+        ``edge`` (the renderer's feathered ``(S, S)`` edge) and the configured masks."""
+        n = len(crops) if not _is_tensor(crops) else int(crops.shape[0])
+        size = int(crops.shape[-1]) if _is_tensor(crops) else int(np.asarray(crops[0]).shape[0])
+        parts: list[Any] = [edge]
+        if "box" in self.types:
+            parts.append(box_mask(size, self.padding, self.blur))
+        if self.occluder is not None:
+            parts.append(self.occluder.masks(crops))
+        if self.parser is not None:
+            parts.append(self.parser.region_masks(crops, self.regions))
+            if self.keep_mouth:
+                mouths = self.parser.region_masks(crops, MOUTH_REGIONS, feather=MOUTH_FEATHER)
+                keep = [keep_target_mask(size, parser_mouth=mouths[i]) for i in range(n)]
+                parts.append(1.0 - (_stack(keep)))
+        out = combine_masks(*parts)
+        if out.ndim == 2:  # only the edge: one alpha for every face
+            out = out[None].repeat(n, 0) if not _is_tensor(out) else out[None].expand(n, -1, -1)
+        return out
+
+    @property
+    def active(self) -> bool:
+        return bool(self.types)
+
+
+def _stack(masks: Sequence[Any]) -> Any:
+    if masks and _is_tensor(masks[0]):
+        import torch
+
+        return torch.stack(list(masks))
+    return np.stack([np.asarray(m, np.float32) for m in masks])
+
+
 __all__ = [
     "DEFAULT_FEATHER",
     "FACE_REGIONS",
@@ -426,6 +499,7 @@ __all__ = [
     "MOUTH_REGIONS",
     "PARSER_CLASS",
     "PARSER_LABELS",
+    "FaceMasker",
     "FaceParser",
     "Occluder",
     "Padding",

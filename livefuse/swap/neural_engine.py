@@ -19,6 +19,7 @@ from livefuse.faces.analyser import Analyser
 from livefuse.faces.insight import InsightAnalyser
 from livefuse.models.catalog import get_spec, models_dir
 from livefuse.models.download import require, status
+from livefuse.swap.masks import FaceMasker, FaceParser, Occluder
 from livefuse.swap.neural import NeuralSwapper
 from livefuse.swap.paste import align_crop, arcface_affine, feather_mask, paste_roi
 from livefuse.types import Face, FloatArray, Frame, Patch, StagedFrame
@@ -30,11 +31,14 @@ INPUT_SIZE = 128
 
 @dataclass(frozen=True)
 class NeuralPaths:
-    """Model files of one neural engine: SCRFD detector, ArcFace recogniser, inswapper."""
+    """Model files of one neural engine: SCRFD detector, ArcFace recogniser, inswapper, and the
+    mask models when masks are on (``None``: the catalog's, when needed)."""
 
     detector: Path
     recogniser: Path
     swapper: Path
+    occluder: Path | None = None
+    parser: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -117,13 +121,17 @@ class NeuralRenderer:
         swapper: the inswapper runner (torch or onnxruntime backend, precision policy, guard).
         analyser: gives the source face's ArcFace embedding.
         pixel_boost: aligned size (128 = off; 256, 384, 512).
+        masker: the box / occlusion / region masks and the kept mouth, computed on the target's
+            aligned crops (the same crops the swap takes) and folded into each patch's alpha, so
+            the cache stores and re-warps them with the face.
     """
 
     def __init__(self, swapper: NeuralSwapper, analyser: Analyser,
-                 pixel_boost: int = INPUT_SIZE) -> None:
+                 pixel_boost: int = INPUT_SIZE, masker: FaceMasker | None = None) -> None:
         self.swapper = swapper
         self.analyser = analyser
         self.pixel_boost = pixel_boost
+        self.masker = masker
         self._masks_t: dict[int, Any] = {}
 
     @property
@@ -135,8 +143,16 @@ class NeuralRenderer:
         return self.swapper.precision_in_use
 
     def configure(self, config: EngineConfig) -> None:
-        """Take a new pixel boost size (the models stay loaded)."""
+        """Take a new pixel boost size and mask settings (the models stay loaded)."""
         self.pixel_boost = config.pixel_boost
+        if self.masker is not None:
+            self.masker.configure(config.face_mask_regions, config.face_mask_blur,
+                                  config.face_mask_padding, config.keep_mouth)
+
+    def _alphas(self, crops: Any, edge: Any) -> Any:
+        if self.masker is None or not self.masker.active:
+            return None
+        return self.masker.alphas(crops, edge)
 
     def prepare(self, image: Frame, face: Face, path: Path | None = None) -> NeuralSource:
         latent = self.swapper.prepare_source(self.analyser.embed(image, face))
@@ -169,6 +185,8 @@ class NeuralRenderer:
             if frame.device is None:
                 raise RuntimeError("the neural renderer on CUDA needs a staged frame")
             crops = align_crops(frame.device, [affines[i] for i in todo], size)
+            mask = self._mask_t(size, frame.device.device)
+            alphas = self._alphas(crops, mask)
             n = crops.shape[0]
             if k > 1:  # (N, 3, S, S) -> (N·k·k, 3, 128, 128) strided sub-grids, and back
                 crops = crops.reshape(n, 3, INPUT_SIZE, k, INPUT_SIZE, k).permute(
@@ -177,17 +195,19 @@ class NeuralRenderer:
             if k > 1:
                 swapped = swapped.reshape(n, k, k, 3, INPUT_SIZE, INPUT_SIZE).permute(
                     0, 3, 4, 1, 5, 2).reshape(n, 3, size, size)
-            mask = self._mask_t(size, frame.device.device)
             for j, i in enumerate(todo):
-                out[i] = Patch(image=swapped[j], alpha=mask, affine=affines[i])
+                out[i] = Patch(image=swapped[j], alpha=mask if alphas is None else alphas[j],
+                               affine=affines[i])
             return out
         host_crops = [align_crop(frame.host, affines[i], size) for i in todo]
         tiles = [t for c in host_crops for t in (implode(c, k) if k > 1 else [c])]
         fakes = self.swapper.swap_crops(tiles, source.latent)
-        mask = feather_mask(size)
+        edge = feather_mask(size)
+        host_alphas = self._alphas(host_crops, edge)
         for j, i in enumerate(todo):
             fake = fakes[j] if k == 1 else explode(np.stack(fakes[j * k * k:(j + 1) * k * k]), k)
-            out[i] = Patch(image=fake, alpha=mask, affine=affines[i])
+            out[i] = Patch(image=fake, alpha=edge if host_alphas is None else host_alphas[j],
+                           affine=affines[i])
         return out
 
 
@@ -196,12 +216,37 @@ def _covers(roi: tuple[int, int, int, int]) -> bool:
     return x1 - x0 >= 8 and y1 - y0 >= 8
 
 
+def build_masker(config: EngineConfig, device: str, backend: str,
+                 paths: NeuralPaths | None = None) -> FaceMasker | None:
+    """The mask stage for ``config.face_mask_types`` (``None`` when no mask is on); the occluder
+    and parser come from ``paths`` or the verified catalog files.
+
+    Raises:
+        ModelMissingError / ModelVerifyError: a mask model is missing or corrupt.
+    """
+    types = config.face_mask_types
+    if not types:
+        return None
+    d = models_dir(config.models_dir)
+    occluder = parser = None
+    if "occlusion" in types:
+        path = paths.occluder if paths is not None and paths.occluder else \
+            require(get_spec("xseg"), d)
+        occluder = Occluder(path, backend=backend, device=device)
+    if "region" in types:
+        path = paths.parser if paths is not None and paths.parser else \
+            require(get_spec("bisenet_resnet34"), d)
+        parser = FaceParser(path, backend=backend, device=device)
+    return FaceMasker(types, config.face_mask_regions, config.face_mask_blur,
+                      config.face_mask_padding, occluder, parser, config.keep_mouth)
+
+
 def build_neural(config: EngineConfig, paths: NeuralPaths | None = None,
                  **swapper_options: Any) -> tuple[InsightAnalyser, NeuralRenderer]:
     """Analyser and renderer for ``config.engine == 'neural'``.
 
     Args:
-        config: precision, backend, device and models_dir are read.
+        config: precision, backend, device, models_dir, pixel boost and masks are read.
         paths: explicit model files (tests, custom models); the verified catalog files otherwise.
         swapper_options: passed to :class:`NeuralSwapper` (``channels_last``, ``cuda_graph``,
             ``compile_mode``, ...).
@@ -209,13 +254,16 @@ def build_neural(config: EngineConfig, paths: NeuralPaths | None = None,
     Raises:
         ModelMissingError / ModelVerifyError / FaceModelError / InswapperGraphError / VramError.
     """
-    paths = paths or catalog_paths(config)
+    cat = catalog_paths(config) if paths is None else paths
     device = resolve_device(config.device)
     providers = ("CUDAExecutionProvider", "CPUExecutionProvider") if device.startswith("cuda") \
         else ("CPUExecutionProvider",)
-    analyser = InsightAnalyser(paths.detector, paths.recogniser, providers=providers)
-    swapper = NeuralSwapper(paths.swapper, backend=config.backend, precision=config.precision,
+    analyser = InsightAnalyser(cat.detector, cat.recogniser, providers=providers)
+    swapper = NeuralSwapper(cat.swapper, backend=config.backend, precision=config.precision,
                             device=device, **swapper_options)
     log.info("neural engine: %s backend on %s, precision %s (%s)", config.backend, device,
              swapper.precision, swapper.precision_reason)
-    return analyser, NeuralRenderer(swapper, analyser, pixel_boost=config.pixel_boost)
+    masker = build_masker(config, device if swapper.on_device else "cpu",
+                          "torch" if swapper.on_device else "onnxruntime", paths)
+    return analyser, NeuralRenderer(swapper, analyser, pixel_boost=config.pixel_boost,
+                                    masker=masker)

@@ -1283,6 +1283,7 @@ class _PlanData:
     steps: list[_Step]
     output_slots: list[int]
     float_inputs: list[bool] = field(default_factory=list)
+    output_shapes: list[tuple[int, ...]] = field(default_factory=list)
 
 
 class _Plan(nn.Module):
@@ -1507,16 +1508,23 @@ class OnnxModule(nn.Module):
         plan = _Plan(_PlanData(len(slots), list(range(len(self.input_names))), const_slots,
                                steps, output_slots,
                                [bool(dt is not None and dt.is_floating_point)
-                                for dt in self._input_dtypes]))
+                                for dt in self._input_dtypes],
+                               [tuple(vals[o].meta.shape) for o in self.output_names]))
         device = self._probe.device
         for key, t in plan_consts.items():
             t = t.to(device, dtype) if t.is_floating_point() else t.to(device)
             plan.register_buffer(key, t, persistent=False)
         return plan
 
-    def plan_for(self, *inputs: torch.Tensor) -> None:
-        """Plan the graph for these inputs' shapes now (``forward`` does it on first use)."""
-        self._get_plan(tuple(tuple(int(s) for s in x.shape) for x in inputs))
+    def output_shapes(self, *input_shapes: Sequence[int]) -> list[tuple[int, ...]]:
+        """The outputs' shapes for these input shapes, without computing anything: the graph is
+        planned for them (as ``forward``'s first call with them would) and the plan kept.
+
+        Raises:
+            OnnxOpError: a node cannot run with these shapes.
+        """
+        plan = self._get_plan(tuple(tuple(int(d) for d in s) for s in input_shapes))
+        return list(plan.data.output_shapes)
 
     def _get_plan(self, key: tuple[tuple[int, ...], ...]) -> _Plan:
         plan = self._plan_keys.get(key)

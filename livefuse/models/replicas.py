@@ -339,11 +339,16 @@ def random_scrfd(seed: int = 0) -> Scrfd10g:
         # one does, which would make every fp16 comparison meaningless
         branch: dict[nn.Module, float] = {
             b.conv2: RESIDUAL_SCALE for b in model.modules() if isinstance(b, _BasicBlock)}
-        _lsuv(model, calib, skip=heads, targets=branch)
-        # the head's outputs from the calibrated towers
-        feats = model.features(calib)
-        for i, feat in enumerate(feats):
-            f = model.tower[i](feat)
+        towers: dict[int, torch.Tensor] = {}
+        hooks = [t.register_forward_hook(lambda m, i, o, k=k: towers.__setitem__(k, o))
+                 for k, t in enumerate(model.tower)]
+        try:
+            _lsuv(model, calib, skip=heads, targets=branch)
+        finally:
+            for h in hooks:
+                h.remove()
+        # the heads, from the calibrated towers' outputs in that same pass
+        for i, f in sorted(towers.items()):
             cls, reg, kps = model.cls[i], model.reg[i], model.kps[i]
             assert isinstance(cls, nn.Conv2d) and isinstance(reg, nn.Conv2d)
             assert isinstance(kps, nn.Conv2d)

@@ -26,20 +26,24 @@ from livefuse.samples import astronaut, insightface_image
 from livefuse.swap.paste import ARCFACE_DST, arcface_affine
 
 
+T1_KPS = np.array([
+    [[88.2, 330.2], [128.3, 310.5], [118.0, 337.0], [114.0, 371.0], [148.0, 352.0]],
+    [[491.7, 320.5], [540.0, 333.8], [509.0, 365.0], [482.0, 369.0], [530.0, 381.0]],
+    [[1148.7, 327.8], [1192.2, 324.8], [1164.0, 348.0], [1153.0, 367.0], [1196.0, 364.0]],
+], np.float32)
+"""kps of three of t1.jpg's six faces: livefuse's dlib analyser (68-point landmarks reduced to
+5 points), rounded to 0.1 px; fixed here so the test needs no detector."""
+
+
 @functools.cache
 def _faces() -> tuple[np.ndarray, np.ndarray]:
-    """t1.jpg and the kps of three of its six faces (dlib's 68-point landmarks reduced to 5
-    points), plus a rotated copy of one partly outside the frame: ``(frame, kps (4, 5, 2))``."""
-    from livefuse.faces.dlib_analyser import DlibFaceAnalyser
-
+    """t1.jpg and :data:`T1_KPS`, plus the first face turned 25 degrees about its nose and moved
+    half out of the left edge: ``(frame, kps (4, 5, 2))``."""
     frame = load_image(insightface_image("t1.jpg")).bgr
-    kps = [f.kps for f in DlibFaceAnalyser().detect(frame)]
-    assert len(kps) == 6
-    # the first face turned 25 degrees about its nose and moved half out of the left edge
-    k0 = kps[0] - kps[0][2]
+    k0 = T1_KPS[0] - T1_KPS[0][2]
     a = np.deg2rad(25)
     rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]], np.float32)
-    kps = [kps[0], kps[2], kps[5], k0 @ rot.T + (5.0, kps[0][2, 1])]
+    kps = [*T1_KPS, k0 @ rot.T + (5.0, T1_KPS[0][2, 1])]
     return frame, np.stack(kps).astype(np.float32)
 
 

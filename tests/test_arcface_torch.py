@@ -25,7 +25,6 @@ from livefuse.imaging import load_image
 from livefuse.samples import astronaut, insightface_image
 from livefuse.swap.paste import ARCFACE_DST, arcface_affine
 
-
 T1_KPS = np.array([
     [[88.2, 330.2], [128.3, 310.5], [118.0, 337.0], [114.0, 371.0], [148.0, 352.0]],
     [[491.7, 320.5], [540.0, 333.8], [509.0, 365.0], [482.0, 369.0], [530.0, 381.0]],

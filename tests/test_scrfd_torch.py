@@ -25,7 +25,9 @@ from livefuse.faces.scrfd_torch import (
     _ResizeTaps,
     greedy_nms,
     letterbox_size,
+    resolve_runtime,
 )
+from livefuse.models.onnx_torch import TorchRuntime
 from livefuse.models.replicas import calibration_frames, detector_input
 
 FRAMES = ("t1", "astronaut", "frame1080")
@@ -318,6 +320,10 @@ def test_arguments_are_checked(block_detector: TorchScrfd) -> None:
         block_detector.detect(torch.zeros(10, 10, 3))
     assert str(block_detector.runtime) == "cpu fp32"
     assert not block_detector.runtime.cuda_graph
+    assert resolve_runtime("cpu", "bf16") == TorchRuntime("cpu", "bf16", False)
+    if torch.cuda.is_available():
+        assert resolve_runtime("cuda", "fp16").cuda_graph
+        assert str(resolve_runtime("cuda:0", "fp16", False)) == "cuda:0 fp16"
 
 
 def test_any_frame_size_runs(block_detector: TorchScrfd) -> None:

@@ -29,7 +29,13 @@ import torch
 import torch.nn.functional as F
 
 from livefuse.faces.insight import FaceModelError
-from livefuse.models.onnx_torch import OnnxModelError, OnnxModule, TorchRuntime, precision_dtype
+from livefuse.models.onnx_torch import (
+    OnnxModelError,
+    OnnxModule,
+    TorchRuntime,
+    precision_dtype,
+    to_device,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +88,19 @@ def warp_crops(frame_t: torch.Tensor, affine: torch.Tensor, size: int) -> torch.
         ``(N, 3, size, size) float32`` RGB, whole levels in [0, 255], zeros outside the frame.
     """
     n = affine.shape[0]
-    h, w = frame_t.shape[0], frame_t.shape[1]
-    lin, t = affine[:, :, :2], affine[:, :, 2]
-    inv = torch.linalg.inv(lin)  # (N, 2, 2)
+    h, w = int(frame_t.shape[0]), int(frame_t.shape[1])
+    a, b, c, d = affine[:, 0, 0], affine[:, 0, 1], affine[:, 1, 0], affine[:, 1, 1]
+    det = a * d - b * c
+    # the 2x2 inverse by formula: torch.linalg.inv checks for singularity, a host sync on CUDA
+    inv = torch.stack((torch.stack((d, -b), 1), torch.stack((-c, a), 1)), 1) / det[:, None, None]
     # cv2.warpAffine samples the frame at M⁻¹·(x, y) for crop px (x, y), pixel centres on integers
     r = torch.arange(size, device=frame_t.device, dtype=torch.float32)
     gy, gx = torch.meshgrid(r, r, indexing="ij")
-    dst = torch.stack((gx, gy), -1).reshape(1, -1, 2) - t[:, None, :]  # (N, S·S, 2)
+    dst = torch.stack((gx, gy), -1).reshape(1, -1, 2) - affine[:, None, :, 2]  # (N, S·S, 2)
     src = dst @ inv.transpose(1, 2)
-    scale = torch.tensor([w, h], device=frame_t.device, dtype=torch.float32)
-    grid = ((2 * src + 1) / scale - 1).reshape(n, size, size, 2)
+    # grid_sample(align_corners=False) reads frame px p at (2p + 1) / size - 1
+    grid = torch.stack(((2 * src[..., 0] + 1) / w - 1, (2 * src[..., 1] + 1) / h - 1), -1)
+    grid = grid.reshape(n, size, size, 2)
     frame = frame_t.flip(-1).permute(2, 0, 1)[None].to(torch.float32)
     crops = F.grid_sample(frame.expand(n, -1, -1, -1), grid, mode="bilinear",
                           padding_mode="zeros", align_corners=False)
@@ -158,7 +167,7 @@ class TorchArcFace:
         return TorchRuntime(str(self.device), self.precision, False)
 
     def _kps(self, kps: torch.Tensor | npt.ArrayLike) -> torch.Tensor:
-        k = torch.as_tensor(kps, dtype=torch.float32).to(self.device)
+        k = to_device(torch.as_tensor(kps, dtype=torch.float32), self.device)
         if k.dim() == 2:
             k = k[None]
         if k.dim() != 3 or k.shape[1:] != (5, 2):
@@ -211,7 +220,8 @@ class TorchArcFace:
         if c.dim() != 4 or tuple(c.shape[1:]) != (s, s, 3):
             raise ValueError(f"crops_t must be (N, {s}, {s}, 3) uint8 BGR, got "
                              f"{tuple(crops_t.shape)}")
-        return self._run(c.to(self.device).flip(-1).permute(0, 3, 1, 2).to(torch.float32))
+        rgb = to_device(c, self.device).flip(-1).permute(0, 3, 1, 2).to(torch.float32)
+        return self._run(rgb)
 
     def _run(self, rgb: torch.Tensor) -> torch.Tensor:
         x = ((rgb - self.input_mean) / self.input_std).to(self.dtype)

@@ -37,7 +37,13 @@ import torch
 import torch.nn.functional as F
 
 from livefuse.faces.insight import FaceModelError
-from livefuse.models.onnx_torch import OnnxModelError, OnnxModule, TorchRuntime, precision_dtype
+from livefuse.models.onnx_torch import (
+    OnnxModelError,
+    OnnxModule,
+    TorchRuntime,
+    precision_dtype,
+    to_device,
+)
 from livefuse.types import Face
 
 log = logging.getLogger(__name__)
@@ -238,6 +244,26 @@ def greedy_nms(boxes: torch.Tensor, valid: torch.Tensor, thresh: float, iteratio
 
 # ----------------------------------------------------------------------------------- detector
 
+def resolve_runtime(device: str | torch.device = "cpu", precision: str = "fp32",
+                    cuda_graph: bool | None = None) -> TorchRuntime:
+    """Where a :class:`TorchScrfd` with these arguments runs, without loading a model (for
+    ``livefuse doctor``): ``cuda`` becomes the current CUDA device, ``cuda_graph=None`` is on
+    for CUDA devices.
+
+    Raises:
+        ConfigError: an unknown precision.
+        ValueError: ``cuda_graph=True`` on a device that is not CUDA.
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    precision_dtype(precision)
+    graph = (dev.type == "cuda") if cuda_graph is None else bool(cuda_graph)
+    if graph and dev.type != "cuda":
+        raise ValueError("cuda_graph needs a CUDA device")
+    return TorchRuntime(str(dev), precision, graph)
+
+
 class TorchScrfd:
     """SCRFD on a torch device (see the module docstring).
 
@@ -263,18 +289,15 @@ class TorchScrfd:
                  det_thresh: float = 0.5, nms_thresh: float = 0.4,
                  cuda_graph: bool | None = None, max_candidates: int = 512) -> None:
         self.path = Path(path)
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        rt = resolve_runtime(device, precision, cuda_graph)
+        self.device = torch.device(rt.device)
         self.precision = precision
         self.dtype = precision_dtype(precision)
+        self.cuda_graph = rt.cuda_graph
         self.input_size = (int(input_size[0]), int(input_size[1]))
         self.det_thresh = float(det_thresh)
         self.nms_thresh = float(nms_thresh)
         self.max_candidates = int(max_candidates)
-        self.cuda_graph = (self.device.type == "cuda") if cuda_graph is None else bool(cuda_graph)
-        if self.cuda_graph and self.device.type != "cuda":
-            raise ValueError("cuda_graph needs a CUDA device")
         try:
             net = OnnxModule(self.path)
         except OnnxModelError as exc:
@@ -295,6 +318,7 @@ class TorchScrfd:
         w, h = self.input_size
         self._input = torch.full((1, 3, h, w), PAD_VALUE, dtype=self.dtype, device=self.device)
         self._scale = torch.ones((), dtype=torch.float32, device=self.device)
+        self._kps_fractions = torch.from_numpy(_KPS_FRACTIONS.reshape(-1)).to(self.device)
         self._region_inputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self._check_outputs((1, 3, h, w))
         log.info("SCRFD %s on %s", self.path.name, self.runtime)
@@ -342,9 +366,8 @@ class TorchScrfd:
             kd = torch.cat([outs[2 * n + i].reshape(batch, -1, 10) for i in range(n)], 1).float()
             kps = kd * anchors.strides + c.repeat(1, 5)
         else:
-            frac = torch.from_numpy(_KPS_FRACTIONS.reshape(-1)).to(c.device)
             wh = (bboxes[..., 2:] - bboxes[..., :2]).repeat(1, 1, 5)
-            kps = bboxes[..., :2].repeat(1, 1, 5) + wh * frac
+            kps = bboxes[..., :2].repeat(1, 1, 5) + wh * self._kps_fractions
         return scores, bboxes, kps
 
     def _detect_core(self, inp: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -457,18 +480,24 @@ class TorchScrfd:
         on a side stream, which also plan the network for these shapes)."""
         entry = self._graphs.get(key)
         if entry is None:
-            stream = torch.cuda.Stream(self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                for _ in range(3):
-                    fn(*static_in)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = fn(*static_in)
-            entry = self._graphs[key] = (graph, static_in, out)
+            with torch.cuda.device(self.device):
+                entry = self._graphs[key] = self._capture(fn, static_in)
         entry[0].replay()
         return entry[2]
+
+    def _capture(self, fn: Any, static_in: tuple[torch.Tensor, ...]
+                 ) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...],
+                            tuple[torch.Tensor, ...]]:
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                fn(*static_in)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn(*static_in)
+        return graph, static_in, out
 
     @torch.inference_mode()
     def detect_regions(self, frame_t: torch.Tensor,
@@ -518,7 +547,7 @@ class TorchScrfd:
         side = torch.maximum(rects[:, 2] - rects[:, 0], rects[:, 3] - rects[:, 1]).clamp(min=1)
         sq[:n] = torch.stack((cx - side / 2, cy - side / 2, side), 1)
         sq[n:] = sq[0]
-        sq_d = sq.to(self.device, non_blocking=True)
+        sq_d = to_device(sq, self.device)
         h, w = frame.shape[2], frame.shape[3]
         # crop px u samples frame x0 + (u + 0.5)·side/size - 0.5 (cv2.resize's pixel mapping);
         # grid_sample(align_corners=False) reads frame px p at (2p + 1)/W - 1

@@ -35,8 +35,9 @@ Errors
     naming the file, the node and its op. Both are found when loading or planning, not halfway
     through a later call.
 
-Thread safety: planning adds to the module; call each new input shape from one thread (or warm
-every shape up first). Planned calls only read the module and may run concurrently.
+Thread safety: planning (the first call with a new input shape) adds to the module and briefly
+switches its cast dtype, so it must not overlap any other call: warm every input shape up from one
+thread first. Planned calls only read the module and may then run concurrently.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from torch import nn
 from livefuse.errors import ConfigError, LivefuseError
 
 __all__ = ["PRECISIONS", "SUPPORTED_OPS", "OnnxModelError", "OnnxModule", "OnnxOpError",
-           "TorchRuntime", "precision_dtype"]
+           "TorchRuntime", "precision_dtype", "to_device"]
 
 HOST_COPY_MAX = 4096
 """Float constants with at most this many elements are also kept on the host, so that shape
@@ -98,6 +99,16 @@ def precision_dtype(precision: str) -> torch.dtype:
     except KeyError:
         raise ConfigError(f"precision={precision!r} is not one of "
                           f"{', '.join(PRECISIONS)}") from None
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device`` without a host sync: a CPU tensor goes to a CUDA device through
+    pinned memory and an asynchronous copy (a copy from pageable memory waits for the stream)."""
+    if t.device == device:
+        return t
+    if t.device.type == "cpu" and device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
 
 
 @dataclass(frozen=True)

@@ -321,6 +321,45 @@ def test_synthetic_inswapper_and_faces_match_onnxruntime(tmp_path: Path) -> None
     _compare(det, {"input.1": _x(1, 3, 96, 160)}, atol=1e-6)
 
 
+class _TinyUNet(torch.nn.Module):
+    """The op patterns of an occlusion-mask UNet and a face parser as the TorchScript exporter
+    writes them: strided convs, max pooling, instance norm, PReLU, transposed convs, skip
+    concatenation, bilinear upsampling to another tensor's size (a Shape/Resize chain), softmax
+    and sigmoid heads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        c = torch.nn.Conv2d
+        self.enc1, self.enc2 = c(3, 8, 3, padding=1), c(8, 16, 3, stride=2, padding=1)
+        self.norm, self.act = torch.nn.InstanceNorm2d(16, affine=True), torch.nn.PReLU(16)
+        self.up = torch.nn.ConvTranspose2d(16, 8, 2, stride=2)
+        self.dec = c(16, 8, 3, padding=1)
+        self.parse, self.mask = c(8, 5, 1), c(8, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = torch.nn.functional.leaky_relu(self.enc1(x), 0.1)
+        b = self.act(self.norm(self.enc2(torch.nn.functional.max_pool2d(a, 2))))
+        u = self.up(b)
+        u = torch.nn.functional.interpolate(u, size=a.shape[2:], mode="bilinear",
+                                            align_corners=True)
+        d = torch.relu(self.dec(torch.cat((u, a), 1)))
+        return torch.softmax(self.parse(d), 1), torch.sigmoid(self.mask(d))
+
+
+def test_exported_unet_like_model_matches_onnxruntime(tmp_path: Path) -> None:
+    import warnings
+
+    path = tmp_path / "unet.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        torch.onnx.export(_TinyUNet().eval(), (torch.zeros(1, 3, 64, 48),), str(path),
+                          input_names=["x"], output_names=["parse", "mask"], opset_version=13,
+                          dynamo=False, dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
+    for shape in ((1, 3, 64, 48), (2, 3, 40, 56)):
+        _compare(path, {"x": _x(*shape)}, atol=1e-5)
+
+
 def test_scrfd_replica_matches_onnxruntime_at_two_sizes() -> None:
     path = scrfd_replica()
     for shape in ((1, 3, 160, 224), (1, 3, 96, 96)):

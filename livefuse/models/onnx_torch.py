@@ -1283,7 +1283,6 @@ class _Step:
     ins: tuple[int, ...]
     outs: tuple[int, ...]
     frees: tuple[int, ...]
-    label: str
 
 
 @dataclass
@@ -1382,7 +1381,8 @@ class OnnxModule(nn.Module):
                 where = f" in domain '{n.domain}'" if n.domain not in ("", "ai.onnx") else ""
                 raise OnnxOpError(self.path, n.label, n.op,
                                   f"op '{n.op}'{where} is not supported by livefuse's ONNX "
-                                  f"runner (supported: {', '.join(sorted(_OPS))})")
+                                  "runner (livefuse.models.onnx_torch.SUPPORTED_OPS lists "
+                                  "what is)")
         self._fold_constants(consts)
         self._plans = nn.ModuleDict()
         self._plan_keys: dict[tuple[tuple[int, ...], ...], _Plan] = {}
@@ -1506,7 +1506,7 @@ class OnnxModule(nn.Module):
                         vals[name] = _Val(t)
                         slots[name] = len(slots)
                         outs_slots.append(slots[name])
-                steps.append(_Step(impl.fn, tuple(ins_slots), tuple(outs_slots), (), n.label))
+                steps.append(_Step(impl.fn, tuple(ins_slots), tuple(outs_slots), ()))
         finally:
             self._state.float_dtype = dtype
         output_slots = [read(o) for o in self.output_names]

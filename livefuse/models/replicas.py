@@ -22,10 +22,12 @@ SCRFD-10GF with keypoints (insightface ``detection/scrfd/configs/scrfd/scrfd_10g
       (1 score, 4 distances, 10 kps offsets); a learnt scale multiplies the distances
       (``scale_mode=2``); the score goes through a sigmoid in the export.
     * Every BN is folded into its conv, as the released export has it.
-    4.23 M parameters, 7.2 G multiply-adds at 640×640 (the released det_10g.onnx is 16.9 MB).
-    Input ``input.1`` ``(1, 3, H, W)`` with H and W free; 9 outputs, insightface's order:
-    scores ``(H/s·W/s·2, 1)`` for s = 8, 16, 32, then distances ``(…, 4)``, then kps ``(…, 10)``
-    (2-d, not batched, as the released file).
+    4.23 M parameters (a 16.9 MB file, as the released det_10g.onnx); 13.3 G multiply-adds at
+    640×640, 10.0 G at 640×480 (the VGA size SCRFD's "10 GF" refers to). Exported at opset 11
+    as ``tools/scrfd2onnx.py`` does: input ``input.1`` ``(1, 3, H, W)`` with H and W free;
+    outputs ``score_8, score_16, score_32, bbox_8, …, kps_32`` in insightface's order, scores
+    ``(H/s·W/s·2, 1)``, distances ``(…, 4)`` in strides, kps ``(…, 10)`` (2-d, not batched,
+    like buffalo_l's file).
 
 ArcFace IResNet-50 (insightface ``recognition/arcface_torch/backbones/iresnet.py``)
     3×3 conv 3→64, BN, PReLU; IBasicBlock stages [3, 4, 14, 3] at 64/128/256/512 channels, each
@@ -34,11 +36,15 @@ ArcFace IResNet-50 (insightface ``recognition/arcface_torch/backbones/iresnet.py
     Linear(512·7·7 → 512), BatchNorm1d. 43.6 M parameters (the released w600k_r50.onnx is
     174 MB). Input ``input.1`` ``(N, 3, 112, 112)``, output ``(N, 512)``.
 
-Random weights are chosen so the outputs are not degenerate: every conv is rescaled in order on
-a fixed synthetic image so that its output has unit spread (LSUV, Mishkin & Matas 2016); the
-SCRFD score biases are set so a small fraction of anchors scores above 0.5 and its distances and
-kps biases give boxes of one to four strides and a face-like kps layout; the ArcFace feature
-statistics are centred on a batch of synthetic crops so embeddings of different faces differ.
+Random weights are chosen so the outputs are not degenerate and behave like a trained network's
+under rounding: every conv is rescaled in order on real photos (:func:`calibration_frames`) so
+that its output has unit spread (LSUV, Mishkin & Matas 2016), residual branches at
+:data:`RESIDUAL_SCALE` of that (a random deep net with full-size branches amplifies rounding
+errors like no trained one); each SCRFD stride's score bias puts the 0.5 threshold in the widest
+gap of its anchors' scores on those photos (a few candidates per 10,000 anchors, none within
+rounding error of the threshold), the distance and kps biases give boxes of 3 to 8 strides and a
+face-like kps layout; the ArcFace feature statistics are centred on crops of the photos, so
+embeddings of different faces differ.
 """
 
 from __future__ import annotations

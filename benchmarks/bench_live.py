@@ -53,7 +53,8 @@ def main() -> None:
             st = s.stage_ms
             print(f"| {size[0]}x{size[1]} | {'on' if cache_on else 'off'} | "
                   f"{s.frames_in / args.seconds:.1f} | {s.frames_processed / args.seconds:.1f} | "
-                  f"{s.latency_p50_ms:.1f} | {s.latency_p95_ms:.1f} | {st.get('swap', 0):.1f} | "
+                  f"{s.latency_p50_ms:.1f} | {s.latency_p95_ms:.1f} | "
+                  f"{st.get('render', 0) + st.get('paste', 0):.1f} | "
                   f"{st.get('track', 0):.1f} | {st.get('detect', 0):.1f} | "
                   f"{sum(s.dropped.values())} |")
 

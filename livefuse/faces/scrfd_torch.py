@@ -1,0 +1,601 @@
+"""SCRFD face detection (det_10g) in PyTorch, on the device that already holds the frame.
+
+The network is the user's own ``.onnx`` file run by :class:`~livefuse.models.onnx_torch.OnnxModule`;
+everything around it follows insightface's ``model_zoo/scrfd.py`` (``SCRFD.detect``) and runs on
+the device too:
+
+* letterbox: the frame keeps its aspect inside ``input_size``, top-left, zero padding; the resize
+  reproduces ``cv2.resize(..., INTER_LINEAR)`` on uint8 bit for bit (its 11-bit fixed-point
+  taps and rounding, OpenCV ``imgproc/src/resize.cpp``), so the network sees the very input
+  insightface gives it;
+* normalisation ``(x - 127.5) / 128`` in RGB order (``cv2.dnn.blobFromImage`` with swapRB);
+* anchor centres (2 per cell on strides 8, 16, 32 for det_10g), ``distance2bbox``,
+  ``distance2kps``, the score threshold, and insightface's greedy NMS (IoU with its ``+1`` box
+  convention, suppression above ``nms_thresh``) computed as a fixed number of sync-free matrix
+  iterations over the best ``max_candidates`` candidates; they reach greedy NMS's own answer
+  (its unique fixed point) unless a suppression chain is longer than the iterations, which the
+  one host read-back detects and finishes exactly.
+
+One host sync per :meth:`TorchScrfd.detect`: a 3-integer read-back (face count, whether the NMS
+iterations converged, candidate count). On CUDA the network, decoding and NMS replay as one CUDA
+graph (letterbox and the read-back stay outside it).
+
+Thread safety: a :class:`TorchScrfd` holds static buffers; call it from one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.nn.functional as F
+
+from livefuse.faces.insight import FaceModelError
+from livefuse.models.onnx_torch import (
+    OnnxModelError,
+    OnnxModule,
+    TorchRuntime,
+    precision_dtype,
+    to_device,
+)
+from livefuse.types import Face
+
+log = logging.getLogger(__name__)
+
+INPUT_MEAN = 127.5
+INPUT_STD = 128.0
+"""SCRFD input normalisation (insightface ``model_zoo/scrfd.py``: ``input_mean``, ``input_std``)."""
+PAD_VALUE = (0.0 - INPUT_MEAN) / INPUT_STD
+"""A letterbox padding pixel (0) after normalisation."""
+
+LAYOUTS: dict[int, tuple[tuple[int, ...], int, bool]] = {
+    6: ((8, 16, 32), 2, False), 9: ((8, 16, 32), 2, True),
+    10: ((8, 16, 32, 64, 128), 1, False), 15: ((8, 16, 32, 64, 128), 1, True)}
+"""Output count → (strides, anchors per cell, keypoints), as insightface's ``SCRFD._init_vars``."""
+
+NMS_ITERATIONS = 8
+"""Sync-free NMS iterations; a longer suppression chain is finished after the read-back."""
+REGION_BATCHES = (1, 2, 4, 8)
+"""Batch sizes :meth:`TorchScrfd.detect_regions` runs (one CUDA graph each): a call's crops are
+padded up to the next one, more than 8 go in chunks of 8."""
+
+_KPS_FRACTIONS = np.array([[0.34, 0.46], [0.66, 0.46], [0.5, 0.64], [0.37, 0.82],
+                           [0.63, 0.82]], np.float32)
+"""Rough kps as fractions of the bbox, for detector exports without a keypoint branch (as
+:mod:`livefuse.faces.insight` does)."""
+
+
+@dataclass(frozen=True)
+class Detections:
+    """Faces found in one frame, sorted by score (descending), on the detector's device.
+
+    Attributes:
+        bboxes: ``(N, 4) float32`` x1, y1, x2, y2 in frame px.
+        scores: ``(N,) float32`` detector scores in [0, 1].
+        kps: ``(N, 5, 2) float32`` keypoints in frame px (insightface order).
+    """
+
+    bboxes: torch.Tensor
+    scores: torch.Tensor
+    kps: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.scores.shape[0])
+
+    def to_faces(self) -> list[Face]:
+        """Host copies as :class:`~livefuse.types.Face` (one device→host copy), score order."""
+        packed = torch.cat((self.bboxes, self.scores[:, None], self.kps.reshape(-1, 10)), 1)
+        host = packed.cpu().numpy()
+        return [Face(bbox=row[:4].copy(), kps=row[5:].reshape(5, 2).copy(), score=float(row[4]))
+                for row in host]
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The best face in one region (see :meth:`TorchScrfd.detect_regions`).
+
+    Attributes:
+        bbox: ``(4,) float32`` tensor on the device, frame px.
+        kps: ``(5, 2) float32`` tensor on the device, frame px.
+        score: the detector score.
+    """
+
+    bbox: torch.Tensor
+    kps: torch.Tensor
+    score: float
+
+    def to_face(self) -> Face:
+        return Face(bbox=self.bbox.cpu().numpy().copy(), kps=self.kps.cpu().numpy().copy(),
+                    score=self.score)
+
+
+# ----------------------------------------------------------------------------------- letterbox
+
+def letterbox_size(frame_hw: tuple[int, int], input_size: tuple[int, int]) -> tuple[int, int,
+                                                                                     float]:
+    """``(new_w, new_h, det_scale)`` of the resized frame inside ``input_size`` (w, h), as
+    insightface's ``SCRFD._detect_candidates`` computes them."""
+    h, w = frame_hw
+    im_ratio = float(h) / w
+    model_ratio = float(input_size[1]) / input_size[0]
+    if im_ratio > model_ratio:
+        new_h = input_size[1]
+        new_w = int(new_h / im_ratio)
+    else:
+        new_w = input_size[0]
+        new_h = int(new_w * im_ratio)
+    new_w, new_h = max(new_w, 1), max(new_h, 1)
+    return new_w, new_h, float(new_h) / h
+
+
+def _linear_taps(src: int, dst: int, clamp_fraction: bool) -> tuple[np.ndarray, ...]:
+    """One axis of ``cv2.resize`` INTER_LINEAR on uint8 (OpenCV ``resize.cpp``,
+    ``resizeGeneric_``): for each output px the two source indices and their 11-bit weights.
+
+    OpenCV clamps the x fraction at the borders (``fx = 0`` outside the image) but not the y
+    fraction, whose rows are only clamped as indices: ``clamp_fraction`` picks which.
+    """
+    scale = 1.0 / (dst / src)
+    f = ((np.arange(dst, dtype=np.float64) + 0.5) * scale - 0.5).astype(np.float32)
+    i0 = np.floor(f).astype(np.int64)
+    f = (f - i0.astype(np.float32)).astype(np.float32)
+    if clamp_fraction:
+        low = i0 < 0
+        f[low], i0[low] = 0.0, 0
+        high = i0 >= src - 1
+        f[high], i0[high] = 0.0, src - 1
+    w1 = np.rint(f * np.float32(2048)).astype(np.int32)
+    w0 = np.rint((np.float32(1) - f) * np.float32(2048)).astype(np.int32)
+    return np.clip(i0, 0, src - 1), np.clip(i0 + 1, 0, src - 1), w0, w1
+
+
+class _ResizeTaps:
+    """A frame size's resize taps on the device (cached per frame size)."""
+
+    def __init__(self, hw: tuple[int, int], new_wh: tuple[int, int], device: torch.device):
+        xs = _linear_taps(hw[1], new_wh[0], True)
+        ys = _linear_taps(hw[0], new_wh[1], False)
+        self.x0, self.x1 = (torch.from_numpy(a).to(device) for a in xs[:2])
+        self.ax0, self.ax1 = (torch.from_numpy(a).to(device)[None, :, None] for a in xs[2:])
+        self.y0, self.y1 = (torch.from_numpy(a).to(device) for a in ys[:2])
+        self.by0, self.by1 = (torch.from_numpy(a).to(device)[:, None, None] for a in ys[2:])
+
+    def _horizontal(self, rows: torch.Tensor) -> torch.Tensor:
+        f = rows.to(torch.int32)
+        return f.index_select(1, self.x0) * self.ax0 + f.index_select(1, self.x1) * self.ax1
+
+    def __call__(self, frame_t: torch.Tensor) -> torch.Tensor:
+        """``(H, W, 3) uint8`` → ``(new_h, new_w, 3) int32``, equal to ``cv2.resize``."""
+        # the horizontal pass on just the rows the vertical pass reads (same values, fewer rows)
+        r0, r1 = (self._horizontal(frame_t.index_select(0, y)) for y in (self.y0, self.y1))
+        # OpenCV's SIMD vertical pass (VResizeLinearVec_32s8u): >>4, 16-bit multiply-high, +2 >>2
+        out = (((r0 >> 4) * self.by0) >> 16) + (((r1 >> 4) * self.by1) >> 16)
+        return ((out + 2) >> 2).clamp_(0, 255)
+
+
+# ----------------------------------------------------------------------------------- anchors / NMS
+
+@dataclass(frozen=True)
+class _Anchors:
+    centres: torch.Tensor  # (N, 2) float32, input px
+    strides: torch.Tensor  # (N, 1) float32
+    cells: tuple[int, ...]  # anchors per stride level
+
+
+def _anchors(input_wh: tuple[int, int], strides: Sequence[int], per_cell: int,
+             device: torch.device) -> _Anchors:
+    """Anchor centres in insightface's order: per stride, row-major cells, ``per_cell``
+    consecutive anchors per cell (``SCRFD.forward``'s ``anchor_centers``)."""
+    w, h = input_wh
+    cs, ss, cells = [], [], []
+    for s in strides:
+        ys, xs = np.mgrid[:h // s, :w // s]
+        c = (np.stack([xs, ys], -1).reshape(-1, 2) * s).astype(np.float32)
+        c = np.repeat(c, per_cell, axis=0)
+        cs.append(c)
+        ss.append(np.full((len(c), 1), s, np.float32))
+        cells.append(len(c))
+    return _Anchors(torch.from_numpy(np.concatenate(cs)).to(device),
+                    torch.from_numpy(np.concatenate(ss)).to(device), tuple(cells))
+
+
+def greedy_nms(boxes: torch.Tensor, valid: torch.Tensor, thresh: float, iterations: int,
+               keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy NMS as insightface's ``SCRFD.nms`` on boxes sorted by score, without host syncs.
+
+    Box ``i`` is kept iff it is valid and no kept box before it overlaps it by IoU > ``thresh``
+    (IoU with the ``+1`` px convention of insightface). That rule has one solution, which
+    ``keep ← valid ∧ ¬(any kept earlier box overlapping)`` reaches from any start: after
+    ``t`` iterations the first ``t`` boxes are final, in practice all of them after 2-4.
+
+    Args:
+        boxes: ``(K, 4) float32`` sorted by score, descending.
+        valid: ``(K,) bool`` (score above the threshold).
+        iterations: matrix iterations to run.
+        keep: where to start (``valid`` by default), e.g. a previous call's unfinished answer.
+
+    Returns:
+        ``keep (K,) bool`` and ``converged () bool`` (``keep`` is the greedy answer if true).
+    """
+    x1, y1, x2, y2 = boxes.unbind(1)
+    areas = (x2 - x1 + 1) * (y2 - y1 + 1)
+    w = (torch.minimum(x2[:, None], x2[None]) - torch.maximum(x1[:, None], x1[None]) + 1
+         ).clamp_(min=0)
+    h = (torch.minimum(y2[:, None], y2[None]) - torch.maximum(y1[:, None], y1[None]) + 1
+         ).clamp_(min=0)
+    inter = w * h
+    ovr = inter / (areas[:, None] + areas[None] - inter)
+    k = boxes.shape[0]
+    earlier = torch.ones(k, k, dtype=torch.bool, device=boxes.device).triu_(1)
+    suppress = (ovr > thresh) & earlier  # [j, i]: box j (earlier) suppresses box i
+    keep = valid if keep is None else keep
+    prev = keep
+    for _ in range(iterations):
+        prev = keep
+        keep = valid & ~(suppress & keep[:, None]).any(0)
+    return keep, (keep == prev).all()
+
+
+# ----------------------------------------------------------------------------------- detector
+
+def resolve_runtime(device: str | torch.device = "cpu", precision: str = "fp32",
+                    cuda_graph: bool | None = None) -> TorchRuntime:
+    """Where a :class:`TorchScrfd` with these arguments runs, without loading a model (for
+    ``livefuse doctor``): ``cuda`` becomes the current CUDA device, ``cuda_graph=None`` is on
+    for CUDA devices.
+
+    Raises:
+        ConfigError: an unknown precision.
+        ValueError: ``cuda_graph=True`` on a device that is not CUDA.
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    precision_dtype(precision)
+    graph = (dev.type == "cuda") if cuda_graph is None else bool(cuda_graph)
+    if graph and dev.type != "cuda":
+        raise ValueError("cuda_graph needs a CUDA device")
+    return TorchRuntime(str(dev), precision, graph)
+
+
+class TorchScrfd:
+    """SCRFD on a torch device (see the module docstring).
+
+    Args:
+        path: the detector ``.onnx`` (det_10g or another SCRFD export: 6/9 or 10/15 outputs).
+        device: ``cpu``, ``cuda``, ``cuda:N``.
+        precision: ``fp32``, ``fp16`` or ``bf16`` (the network; decoding is float32).
+        input_size: detector input ``(width, height)`` in px, multiples of the largest stride.
+        det_thresh: minimum score; nms_thresh: NMS IoU threshold (insightface's 0.5 and 0.4).
+        cuda_graph: replay the network, decoding and NMS as a CUDA graph; ``None`` = on for CUDA.
+        max_candidates: candidates NMS considers in the graph (the best-scoring ones); more above
+            the threshold are handled exactly after the read-back, at the cost of extra syncs.
+
+    Raises:
+        FaceModelError: the file is missing or unreadable, a node cannot run, or its outputs are
+            not an SCRFD's (the message names the file).
+        ConfigError: an unknown precision.
+        ValueError: an input size that is not a multiple of the largest stride.
+    """
+
+    def __init__(self, path: str | Path, device: str | torch.device = "cpu",
+                 precision: str = "fp32", input_size: tuple[int, int] = (640, 640),
+                 det_thresh: float = 0.5, nms_thresh: float = 0.4,
+                 cuda_graph: bool | None = None, max_candidates: int = 512) -> None:
+        self.path = Path(path)
+        rt = resolve_runtime(device, precision, cuda_graph)
+        self.device = torch.device(rt.device)
+        self.precision = precision
+        self.dtype = precision_dtype(precision)
+        self.cuda_graph = rt.cuda_graph
+        self.input_size = (int(input_size[0]), int(input_size[1]))
+        self.det_thresh = float(det_thresh)
+        self.nms_thresh = float(nms_thresh)
+        self.max_candidates = int(max_candidates)
+        try:
+            net = OnnxModule(self.path)
+        except OnnxModelError as exc:
+            raise FaceModelError(self.path, exc.problem) from exc
+        layout = LAYOUTS.get(len(net.output_names))
+        if layout is None:
+            raise FaceModelError(self.path, f"{len(net.output_names)} outputs: not an SCRFD "
+                                 "detector (it has 6 or 9 outputs for 3 strides, 10 or 15 for 5)")
+        self.strides, self.per_cell, self.use_kps = layout
+        top = max(self.strides)
+        if self.input_size[0] % top or self.input_size[1] % top:
+            raise ValueError(f"input_size {self.input_size} must be a multiple of {top}")
+        self.net = net.to(self.device, self.dtype).eval()
+        self._taps: dict[tuple[int, int], _ResizeTaps] = {}
+        self._anchors: dict[tuple[int, int], _Anchors] = {}
+        self._graphs: dict[Any, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...],
+                                      tuple[torch.Tensor, ...]]] = {}
+        w, h = self.input_size
+        self._input = torch.full((1, 3, h, w), PAD_VALUE, dtype=self.dtype, device=self.device)
+        self._scale = torch.ones((), dtype=torch.float32, device=self.device)
+        self._kps_fractions = torch.from_numpy(_KPS_FRACTIONS.reshape(-1)).to(self.device)
+        self._region_inputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._check_outputs((1, 3, h, w))
+        log.info("SCRFD %s on %s", self.path.name, self.runtime)
+
+    @property
+    def runtime(self) -> TorchRuntime:
+        """Device, precision and CUDA graph in use (for ``livefuse doctor``)."""
+        return TorchRuntime(str(self.device), self.precision, self.cuda_graph)
+
+    # -- network and decoding -------------------------------------------------------------------
+
+    def _anchors_for(self, wh: tuple[int, int]) -> _Anchors:
+        a = self._anchors.get(wh)
+        if a is None:
+            a = self._anchors[wh] = _anchors(wh, self.strides, self.per_cell, self.device)
+        return a
+
+    def _check_outputs(self, shape: tuple[int, int, int, int]) -> None:
+        """Plan the network for an input ``shape`` and check its outputs are an SCRFD's."""
+        try:
+            shapes = self.net.output_shapes(shape)
+        except OnnxModelError as exc:
+            raise FaceModelError(self.path, exc.problem) from exc
+        b, _, h, w = shape
+        widths = (1, 4, 10)
+        for j, got in enumerate(shapes):
+            s = self.strides[j % len(self.strides)]
+            want = b * (h // s) * (w // s) * self.per_cell * widths[j // len(self.strides)]
+            if int(np.prod(got)) != want:
+                raise FaceModelError(
+                    self.path, f"output '{self.net.output_names[j]}' has shape {got} for a "
+                    f"{w}x{h} input, an SCRFD output for stride {s} has {want} values")
+
+    def _decode(self, outs: tuple[torch.Tensor, ...], batch: int, anchors: _Anchors
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Network outputs → scores ``(B, N)``, bboxes ``(B, N, 4)``, kps ``(B, N, 10)``, float32
+        in detector-input px (``distance2bbox`` / ``distance2kps``)."""
+        n = len(self.strides)
+        scores = torch.cat([outs[i].reshape(batch, -1) for i in range(n)], 1).float()
+        dist = torch.cat([outs[n + i].reshape(batch, -1, 4) for i in range(n)], 1).float()
+        dist = dist * anchors.strides
+        c = anchors.centres
+        bboxes = torch.cat((c - dist[..., :2], c + dist[..., 2:]), -1)
+        if self.use_kps:
+            kd = torch.cat([outs[2 * n + i].reshape(batch, -1, 10) for i in range(n)], 1).float()
+            kps = kd * anchors.strides + c.repeat(1, 5)
+        else:
+            wh = (bboxes[..., 2:] - bboxes[..., :2]).repeat(1, 1, 5)
+            kps = bboxes[..., :2].repeat(1, 1, 5) + wh * self._kps_fractions
+        return scores, bboxes, kps
+
+    def _detect_core(self, inp: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The graph-capturable part of :meth:`detect`: network, decoding, top candidates, NMS.
+
+        Returns the kept bboxes ``(K, 4)``, scores ``(K,)``, kps ``(K, 10)`` first in score
+        order, ``stats`` ``(3,) int64`` (kept count, converged, candidates above the threshold),
+        and all decoded scores ``(N,)``, bboxes ``(N, 4)``, kps ``(N, 10)`` in frame px.
+        """
+        anchors = self._anchors_for(self.input_size)
+        scores, bboxes, kps = self._decode(self.net(inp), 1, anchors)
+        scores, bboxes, kps = scores[0], bboxes[0] / scale, kps[0] / scale
+        # insightface orders candidates by a stable descending sort over the stride-ordered list
+        top, idx = torch.sort(scores, descending=True, stable=True)
+        k = min(self.max_candidates, scores.shape[0])
+        top, idx = top[:k], idx[:k]
+        cb, ck = bboxes.index_select(0, idx), kps.index_select(0, idx)
+        valid = top >= self.det_thresh
+        keep, converged = greedy_nms(cb, valid, self.nms_thresh, NMS_ITERATIONS)
+        n_valid = (scores >= self.det_thresh).sum()
+        return (*self._compact(cb, top, ck, keep, converged, n_valid), scores, bboxes, kps)
+
+    @staticmethod
+    def _compact(cb: torch.Tensor, top: torch.Tensor, ck: torch.Tensor, keep: torch.Tensor,
+                 converged: torch.Tensor, n_valid: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # kept rows first, still in score order: a stable sort on the keep flag, no sync
+        order = torch.sort(keep.to(torch.uint8), descending=True, stable=True).indices
+        stats = torch.stack((keep.sum(), converged.to(torch.int64), n_valid))
+        return (cb.index_select(0, order), top.index_select(0, order),
+                ck.index_select(0, order), stats)
+
+    # -- letterbox ------------------------------------------------------------------------------
+
+    def _check_frame(self, frame_t: torch.Tensor) -> None:
+        if frame_t.dim() != 3 or frame_t.shape[2] != 3 or frame_t.dtype != torch.uint8:
+            raise ValueError(f"frame_t must be (H, W, 3) uint8 BGR, got {tuple(frame_t.shape)} "
+                             f"{frame_t.dtype}")
+        if frame_t.device != self.device:
+            raise ValueError(f"frame_t is on {frame_t.device}, the detector on {self.device}")
+
+    def _letterbox(self, frame_t: torch.Tensor) -> float:
+        """Write the normalised letterboxed frame into the static input; return det_scale."""
+        h, w = int(frame_t.shape[0]), int(frame_t.shape[1])
+        new_w, new_h, det_scale = letterbox_size((h, w), self.input_size)
+        if (new_h, new_w) == (h, w):
+            img = frame_t
+        else:
+            taps = self._taps.get((h, w))
+            if taps is None:
+                if len(self._taps) >= 8:
+                    self._taps.pop(next(iter(self._taps)))
+                taps = self._taps[(h, w)] = _ResizeTaps((h, w), (new_w, new_h), self.device)
+            img = taps(frame_t)
+        rgb = img.flip(-1).permute(2, 0, 1).to(torch.float32)
+        self._input.fill_(PAD_VALUE)
+        self._input[0, :, :new_h, :new_w] = (rgb - INPUT_MEAN) / INPUT_STD
+        return det_scale
+
+    # -- public ---------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def detect(self, frame_t: torch.Tensor) -> Detections:
+        """Detect faces in a frame already on the device.
+
+        Args:
+            frame_t: ``(H, W, 3) uint8 BGR`` tensor on this detector's device, any size.
+
+        Returns:
+            :class:`Detections` in frame px, score order, on the device (fresh tensors, safe to
+            keep). One host sync (the face count).
+
+        Raises:
+            ValueError: ``frame_t`` is not an ``(H, W, 3) uint8`` tensor on the device.
+        """
+        self._check_frame(frame_t)
+        det_scale = self._letterbox(frame_t)
+        self._scale.fill_(det_scale)
+        if self.cuda_graph:
+            out = self._replay("detect", self._detect_core, (self._input, self._scale))
+        else:
+            out = self._detect_core(self._input, self._scale)
+        bboxes, scores, kps, stats, all_s, all_b, all_k = out
+        n, converged, n_valid = (int(v) for v in stats.tolist())
+        if not converged or n_valid > bboxes.shape[0]:
+            bboxes, scores, kps, n = self._finish_exact(all_s, all_b, all_k, n_valid)
+        return Detections(bboxes[:n].clone(), scores[:n].clone(),
+                          kps[:n].reshape(-1, 5, 2).clone())
+
+    def _finish_exact(self, scores: torch.Tensor, bboxes: torch.Tensor, kps: torch.Tensor,
+                      n_valid: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """Greedy NMS over every candidate, iterating until it converges (the rare case of more
+        candidates than ``max_candidates`` or a suppression chain longer than the iterations)."""
+        k = max(n_valid, 1)
+        top, idx = torch.sort(scores, descending=True, stable=True)
+        top, idx = top[:k], idx[:k]
+        cb, ck = bboxes.index_select(0, idx), kps.index_select(0, idx)
+        valid = top >= self.det_thresh
+        keep: torch.Tensor | None = None
+        while True:
+            keep, converged = greedy_nms(cb, valid, self.nms_thresh, NMS_ITERATIONS, keep)
+            if bool(converged):
+                break
+        log.debug("SCRFD: exact NMS over %d candidates", n_valid)
+        cb, top, ck, stats = self._compact(cb, top, ck, keep, converged, valid.sum())
+        return cb, top, ck, int(stats[0])
+
+    def _replay(self, key: Any, fn: Any, static_in: tuple[torch.Tensor, ...]
+                ) -> tuple[torch.Tensor, ...]:
+        """Run ``fn(*static_in)`` as a CUDA graph, captured on first use (after warm-up calls
+        on a side stream, which also plan the network for these shapes)."""
+        entry = self._graphs.get(key)
+        if entry is None:
+            with torch.cuda.device(self.device):
+                entry = self._graphs[key] = self._capture(fn, static_in)
+        entry[0].replay()
+        return entry[2]
+
+    def _capture(self, fn: Any, static_in: tuple[torch.Tensor, ...]
+                 ) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...],
+                            tuple[torch.Tensor, ...]]:
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                fn(*static_in)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn(*static_in)
+        return graph, static_in, out
+
+    @torch.inference_mode()
+    def detect_regions(self, frame_t: torch.Tensor,
+                       rects: Sequence[Sequence[float]] | npt.NDArray[np.floating] | torch.Tensor,
+                       size: int = 192) -> list[Detection | None]:
+        """The best face in each region of a frame, for tracking between full detections.
+
+        Each rect ``(x0, y0, x1, y1)`` (frame px, any aspect) is widened to the square with the
+        same centre and side ``max(w, h)`` (no distortion, a little more context), sampled
+        bilinearly to ``size × size`` (zeros outside the frame, as the letterbox padding), and
+        all regions run as one batch (padded up to 1, 2, 4 or 8; more than 8 in chunks). Per
+        region the highest-scoring anchor at or above the threshold is the face: the first
+        detection insightface's NMS would keep on that crop.
+
+        Args:
+            frame_t: ``(H, W, 3) uint8 BGR`` tensor on the device.
+            rects: ``(R, 4)`` rects in frame px (host sequence/array, or a tensor).
+            size: detector input side, a multiple of the largest stride (192 = 6 cells of 32).
+
+        Returns:
+            One :class:`Detection` (frame px) or ``None`` per rect, in order. One host sync per
+            chunk of up to 8 regions (the results).
+
+        Raises:
+            ValueError: a bad frame or ``size``.
+        """
+        self._check_frame(frame_t)
+        top = max(self.strides)
+        if size <= 0 or size % top:
+            raise ValueError(f"size {size} must be a positive multiple of {top}")
+        r = torch.as_tensor(rects, dtype=torch.float32).reshape(-1, 4)
+        results: list[Detection | None] = []
+        if not len(r):
+            return results
+        frame = frame_t.permute(2, 0, 1)[None].to(torch.float32)
+        biggest = REGION_BATCHES[-1]
+        for start in range(0, len(r), biggest):
+            results += self._regions_chunk(frame, r[start:start + biggest], size)
+        return results
+
+    def _regions_chunk(self, frame: torch.Tensor, rects: torch.Tensor, size: int
+                       ) -> list[Detection | None]:
+        n = int(rects.shape[0])
+        batch = next(b for b in REGION_BATCHES if b >= n)
+        sq = torch.zeros(batch, 3, dtype=torch.float32, device=rects.device)  # x0, y0, side
+        cx, cy = (rects[:, 0] + rects[:, 2]) / 2, (rects[:, 1] + rects[:, 3]) / 2
+        side = torch.maximum(rects[:, 2] - rects[:, 0], rects[:, 3] - rects[:, 1]).clamp(min=1)
+        sq[:n] = torch.stack((cx - side / 2, cy - side / 2, side), 1)
+        sq[n:] = sq[0]
+        sq_d = to_device(sq, self.device)
+        h, w = frame.shape[2], frame.shape[3]
+        # crop px u samples frame x0 + (u + 0.5)·side/size - 0.5 (cv2.resize's pixel mapping);
+        # grid_sample(align_corners=False) reads frame px p at (2p + 1)/W - 1
+        u = (torch.arange(size, device=self.device, dtype=torch.float32) + 0.5) / size
+        step = sq_d[:, 2:3]
+        gx = (2 * (sq_d[:, 0:1] + u[None] * step) / w - 1)[:, None, :].expand(batch, size, size)
+        gy = (2 * (sq_d[:, 1:2] + u[None] * step) / h - 1)[:, :, None].expand(batch, size, size)
+        crops = F.grid_sample(frame.expand(batch, -1, -1, -1), torch.stack((gx, gy), -1),
+                              mode="bilinear", padding_mode="zeros", align_corners=False)
+        static = self._region_inputs.get((batch, size))
+        if static is None:
+            static = (torch.zeros(batch, 3, size, size, dtype=self.dtype, device=self.device),
+                      torch.zeros(batch, 3, dtype=torch.float32, device=self.device))
+            self._region_inputs[(batch, size)] = static
+            self._check_outputs((batch, 3, size, size))
+        inp, static_sq = static
+        # whole levels, as the uint8 crop insightface would resize (cv2.resize writes uint8)
+        inp.copy_((crops.round_().flip(1) - INPUT_MEAN) / INPUT_STD)
+        static_sq.copy_(sq_d)
+        if self.cuda_graph:
+            packed = self._replay(("regions", batch, size), self._regions_core,
+                                  (inp, static_sq))[0]
+        else:
+            packed = self._regions_core(inp, static_sq)[0]
+        packed = packed.clone()
+        host = packed.cpu().numpy()
+        out: list[Detection | None] = []
+        for i in range(n):
+            if host[i, 0] < self.det_thresh:
+                out.append(None)
+            else:
+                out.append(Detection(bbox=packed[i, 1:5], kps=packed[i, 5:15].reshape(5, 2),
+                                     score=float(host[i, 0])))
+        return out
+
+    def _regions_core(self, inp: torch.Tensor, squares: torch.Tensor) -> tuple[torch.Tensor]:
+        """Graph-capturable: network, decoding and the best anchor per crop, mapped to frame
+        px; ``(B, 15)`` rows of score, bbox (4), kps (10)."""
+        batch, size = inp.shape[0], inp.shape[2]
+        anchors = self._anchors_for((size, size))
+        scores, bboxes, kps = self._decode(self.net(inp), batch, anchors)
+        best_s, best = scores.max(1)
+        pick = best[:, None, None]
+        bb = torch.gather(bboxes, 1, pick.expand(-1, 1, 4))[:, 0]
+        kk = torch.gather(kps, 1, pick.expand(-1, 1, 10))[:, 0]
+        ratio = squares[:, 2:3] / size
+        x0, y0 = squares[:, 0:1], squares[:, 1:2]
+        offset = torch.cat((x0, y0), 1)
+        bb = bb * ratio + offset.repeat(1, 2)
+        kk = kk * ratio + offset.repeat(1, 5)
+        return (torch.cat((best_s[:, None], bb, kk), 1),)

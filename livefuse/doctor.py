@@ -190,12 +190,24 @@ def check_cameras(platform: str = sys.platform,
             Check("cameras", "info", "not probed on this OS (pick one with --camera N)")]
 
 
+def check_stages() -> list[Check]:
+    """Where each stage of the neural frame path runs with the default settings, and why."""
+    from livefuse.config import EngineConfig
+    from livefuse.swap.neural_engine import stage_plan
+
+    try:
+        plan = stage_plan(EngineConfig(engine="neural"))
+    except Exception as exc:  # a broken torch/onnxruntime install is reported, not raised
+        return [Check("stages", "warn", f"cannot plan the neural path: {exc}")]
+    return [Check(f"stage {p.stage}", "info", p.where, (p.why,)) for p in plan]
+
+
 def collect(models_directory: Path | None = None, *,
             version_of: Callable[[str], str | None] = _installed_version,
             platform: str = sys.platform,
             sysfs: Path = Path("/sys/class/video4linux")) -> list[Check]:
     """Run every check. Never raises for a missing optional piece."""
-    return [check_python(), *check_torch(), *check_onnxruntime(version_of),
+    return [check_python(), *check_torch(), *check_onnxruntime(version_of), *check_stages(),
             *check_models(models_directory), *check_cameras(platform, sysfs)]
 
 

@@ -19,6 +19,7 @@ from livefuse.faces.analyser import Analyser
 from livefuse.faces.insight import InsightAnalyser
 from livefuse.models.catalog import get_spec, models_dir
 from livefuse.models.download import require, status
+from livefuse.precision import probe_device, resolve_precision
 from livefuse.swap.masks import FaceMasker, FaceParser, Occluder
 from livefuse.swap.neural import NeuralSwapper
 from livefuse.swap.paste import align_crop, arcface_affine, feather_mask, paste_roi
@@ -241,9 +242,70 @@ def build_masker(config: EngineConfig, device: str, backend: str,
                       config.face_mask_padding, occluder, parser, config.keep_mouth)
 
 
+@dataclass(frozen=True)
+class StagePlan:
+    """Where one stage of the neural frame path runs, and why (``livefuse doctor``)."""
+
+    stage: str
+    where: str
+    why: str
+
+
+def _ort_cuda() -> bool:
+    try:
+        import onnxruntime
+    except ImportError:
+        return False
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+def stage_plan(config: EngineConfig) -> list[StagePlan]:
+    """Where the neural engine would run each stage for ``config`` (nothing is loaded).
+
+    With torch on a CUDA device and the torch backend, the whole path runs in PyTorch on the GPU:
+    no onnxruntime-gpu needed. Otherwise detection and recognition run on onnxruntime (CUDA when
+    an onnxruntime-gpu build is installed, else the CPU) and the swap on the chosen backend.
+    """
+    device = resolve_device(config.device)
+    gpu = config.backend == "torch" and device.startswith("cuda")
+    if gpu:
+        precision, why = resolve_precision(config.precision, probe_device(device))
+        graph = "CUDA graph"
+        return [
+            StagePlan("detector", f"PyTorch on {device}, {precision}, {graph}",
+                      "torch backend on CUDA: SCRFD runs on the frame already on the GPU"),
+            StagePlan("recogniser", f"PyTorch on {device}, {precision}",
+                      "once per source face (per frame only with --face-selector reference)"),
+            StagePlan("swapper", f"PyTorch port on {device}, {precision}, channels_last + "
+                      f"{graph} + fused layers", why),
+            StagePlan("paste-back", f"{device}: one grid_sample per patch size; only the pasted "
+                      "regions come back", "the frame is uploaded once and stays there"),
+        ]
+    ort = "onnxruntime CUDA" if device.startswith("cuda") and _ort_cuda() else "onnxruntime CPU"
+    ort_why = ("onnxruntime-gpu is installed" if ort == "onnxruntime CUDA" else
+               "the CPU onnxruntime (insightface's dependency) has no CUDA provider"
+               if device.startswith("cuda") else "no CUDA device")
+    if device.startswith("cuda") and config.backend == "onnxruntime":
+        ort_why += "; --backend torch would run the whole path in PyTorch on the GPU"
+    swap_where = ort if config.backend == "onnxruntime" else f"PyTorch port on {device}, fp32"
+    return [
+        StagePlan("detector", ort, ort_why),
+        StagePlan("recogniser", ort, ort_why),
+        StagePlan("swapper", swap_where,
+                  "the backend asked for" if config.backend == "onnxruntime" else
+                  "torch backend without CUDA"),
+        StagePlan("paste-back", "CPU (OpenCV), only the face's region",
+                  "the frame is on the host on this path"),
+    ]
+
+
 def build_neural(config: EngineConfig, paths: NeuralPaths | None = None,
-                 **swapper_options: Any) -> tuple[InsightAnalyser, NeuralRenderer]:
+                 **swapper_options: Any) -> tuple[Analyser, NeuralRenderer]:
     """Analyser and renderer for ``config.engine == 'neural'``.
+
+    With the torch backend on CUDA every stage runs in PyTorch on the GPU (the SCRFD and ArcFace
+    ports on the staged frame); elsewhere detection and recognition run on onnxruntime
+    (:func:`stage_plan` says which, and why).
 
     Args:
         config: precision, backend, device, models_dir, pixel boost and masks are read.
@@ -256,11 +318,20 @@ def build_neural(config: EngineConfig, paths: NeuralPaths | None = None,
     """
     cat = catalog_paths(config) if paths is None else paths
     device = resolve_device(config.device)
-    providers = ("CUDAExecutionProvider", "CPUExecutionProvider") if device.startswith("cuda") \
-        else ("CPUExecutionProvider",)
-    analyser = InsightAnalyser(cat.detector, cat.recogniser, providers=providers)
     swapper = NeuralSwapper(cat.swapper, backend=config.backend, precision=config.precision,
                             device=device, **swapper_options)
+    analyser: Analyser
+    if swapper.on_device:
+        from livefuse.faces.insight_torch import TorchInsightAnalyser
+
+        # bf16's 8-bit mantissa moves SCRFD scores by ~1e-3 near the threshold: fp16 there
+        analyser = TorchInsightAnalyser(
+            cat.detector, cat.recogniser, device=device,
+            precision="fp32" if swapper.precision == "fp32" else "fp16")
+    else:
+        providers = ("CUDAExecutionProvider", "CPUExecutionProvider") \
+            if device.startswith("cuda") else ("CPUExecutionProvider",)
+        analyser = InsightAnalyser(cat.detector, cat.recogniser, providers=providers)
     log.info("neural engine: %s backend on %s, precision %s (%s)", config.backend, device,
              swapper.precision, swapper.precision_reason)
     masker = build_masker(config, device if swapper.on_device else "cpu",

@@ -1,0 +1,119 @@
+"""The neural analyser on the GPU: SCRFD and ArcFace in PyTorch, on the frame already there.
+
+The same models as :class:`livefuse.faces.insight.InsightAnalyser` (the user's ``det_10g.onnx``
+and ``w600k_r50.onnx``, run by :class:`~livefuse.models.onnx_torch.OnnxModule`), with the letterbox,
+anchor decoding and NMS on the device (:mod:`livefuse.faces.scrfd_torch`): a staged frame is
+never read back for detection, and only the faces' boxes and kps come to the host (one small
+read-back per call). Tracking between detections detects in a region around each face's last
+bbox, at the full pass's scale, all faces in one batch.
+
+Used on the inference thread only (the detector keeps static CUDA-graph buffers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from livefuse.faces.analyser import AnyFrame
+from livefuse.faces.arcface_torch import TorchArcFace
+from livefuse.faces.insight import TRACK_CONTEXT
+from livefuse.faces.scrfd_torch import TorchScrfd
+from livefuse.faces.tracking import MATCH_IOU, iou
+from livefuse.types import Face, FloatArray, Frame, StagedFrame
+
+REGION_SIZES = (64, 96, 128, 160, 192, 256, 320)
+"""Detector input sides (px) a tracked region may take: a face is detected at the full pass's
+scale rounded to one of these, so only this many CUDA graphs exist per batch size."""
+
+
+class TorchInsightAnalyser:
+    """SCRFD + ArcFace on a torch device (see the module docstring).
+
+    Args:
+        det_path, rec_path: the detector and recogniser ``.onnx`` files.
+        device: ``cuda[:N]`` (or ``cpu`` for tests).
+        precision: ``fp32``, ``fp16`` or ``bf16`` for both networks (decoding stays float32).
+        det_size: detector input ``(width, height)`` px; det_thresh: minimum score.
+
+    Raises:
+        FaceModelError: a model file is missing, unreadable or not an SCRFD / ArcFace graph.
+    """
+
+    def __init__(self, det_path: str | Path, rec_path: str | Path | None, device: str = "cuda",
+                 precision: str = "fp16", det_size: tuple[int, int] = (640, 640),
+                 det_thresh: float = 0.5) -> None:
+        import torch
+
+        self.device = torch.device(device)
+        self.det_size = (int(det_size[0]), int(det_size[1]))
+        self.detector = TorchScrfd(det_path, self.device, precision, self.det_size, det_thresh)
+        self.recogniser = None if rec_path is None else TorchArcFace(rec_path, self.device,
+                                                                       precision)
+
+    def _tensor(self, frame: AnyFrame) -> Any:
+        import torch
+
+        if isinstance(frame, StagedFrame) and frame.device is not None:
+            return frame.device
+        host = frame.host if isinstance(frame, StagedFrame) else frame
+        return torch.from_numpy(np.ascontiguousarray(host)).to(self.device)
+
+    def detect(self, frame: AnyFrame, upsample: int | None = None) -> list[Face]:
+        """Faces in ``frame`` (bbox, kps, score in frame px), left to right. ``upsample`` is
+        accepted for the analyser contract; SCRFD at 640 px finds faces down to ~16 px."""
+        faces = self.detector.detect(self._tensor(frame)).to_faces()
+        faces.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
+        return faces
+
+    def track(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face | None]:
+        """Each face found again in a region around its last bbox (``TRACK_CONTEXT`` times its
+        size, at the full pass's scale); ``None`` where the region holds no face overlapping the
+        last bbox (the face left, or is covered)."""
+        if not faces:
+            return []
+        frame_t = self._tensor(frame)
+        h, w = int(frame_t.shape[0]), int(frame_t.shape[1])
+        scale = min(self.det_size[0] / w, self.det_size[1] / h)
+        groups: dict[int, list[int]] = {}
+        for i, f in enumerate(faces):
+            want = TRACK_CONTEXT * max(f.width, f.height) * scale
+            size = min(REGION_SIZES, key=lambda s: abs(s - want))
+            groups.setdefault(size, []).append(i)
+        out: list[Face | None] = [None] * len(faces)
+        for size, idx in groups.items():
+            side = size / scale  # frame px: the region is detected at exactly the full scale
+            rects = []
+            for i in idx:
+                b = faces[i].bbox
+                cx, cy = (b[0] + b[2]) / 2, (b[1] + b[3]) / 2
+                rects.append((cx - side / 2, cy - side / 2, cx + side / 2, cy + side / 2))
+            for i, det in zip(idx, self.detector.detect_regions(frame_t, rects, size),
+                              strict=True):
+                if det is None:
+                    continue
+                found = det.to_face()
+                if iou(found.bbox, faces[i].bbox) >= MATCH_IOU:
+                    out[i] = replace(faces[i], bbox=found.bbox, kps=found.kps,
+                                     score=found.score)
+        return out
+
+    def embed(self, frame: Frame, face: Face) -> FloatArray:
+        """ArcFace embedding ``(512,) float32``, L2-normalised.
+
+        Raises:
+            LivefuseError: the analyser was built without a recogniser.
+        """
+        from livefuse.errors import LivefuseError
+
+        if self.recogniser is None:
+            raise LivefuseError("this analyser has no recogniser model (rec_path=None)")
+        emb = self.recogniser.embed(self._tensor(frame), face.kps[None])
+        return np.asarray(emb[0].float().cpu().numpy(), np.float32)
+
+
+__all__ = ["REGION_SIZES", "TorchInsightAnalyser"]

@@ -1,0 +1,124 @@
+"""The GPU-resident frame path on CUDA (skipped without a CUDA device; run on the H200).
+
+The same synthetic models through the host path (CPU, onnxruntime/OpenCV) and the device path
+(staged frame, torch SCRFD, batched align, swap and paste on the GPU, pasted regions downloaded):
+the outputs agree, frames staged on another thread give the same output, and the masks and the
+enhancer's device paths agree with their host paths.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from synthetic_faces import build_arcface, build_scrfd
+
+from livefuse.config import CacheConfig, EngineConfig
+from livefuse.engine import Engine
+from livefuse.imaging import LoadedImage
+from livefuse.models import replicas_masks as R
+from livefuse.models.synthetic import build_synthetic_inswapper
+from livefuse.swap.enhance import FaceEnhancer
+from livefuse.swap.neural_engine import NeuralPaths, build_neural
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory: pytest.TempPathFactory) -> NeuralPaths:
+    d = tmp_path_factory.mktemp("gpu_models")
+    return NeuralPaths(build_scrfd(d / "det.onnx"), build_arcface(d / "rec.onnx"),
+                       build_synthetic_inswapper(d / "inswapper.onnx", width=8),
+                       occluder=R.build_replica("occluder", d / "xseg.onnx"),
+                       parser=R.build_replica("parser", d / "parser.onnx"))
+
+
+def _frame(cells: list[tuple[int, int]], seed: int = 2) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    frame = rng.integers(40, 90, (640, 640, 3), dtype=np.uint8)
+    for cx, cy in cells:
+        frame[32 * cy:32 * (cy + 1), 32 * cx:32 * (cx + 1)] = 255
+    return frame
+
+
+def _engine(paths: NeuralPaths, device: str, precision: str = "fp32",
+            cache: CacheConfig | None = None, **kw: object) -> Engine:
+    cfg = EngineConfig(engine="neural", backend="torch", precision=precision,  # type: ignore[arg-type]
+                       device=device, face_selector="many", smooth=False, **kw)  # type: ignore[arg-type]
+    eng = Engine(cfg, components=build_neural(cfg, paths), cache=cache)
+    eng.set_source(LoadedImage(bgr=_frame([(5, 6)], 1), alpha=None, path=Path("src.png")))
+    return eng
+
+
+def _close(a: np.ndarray, b: np.ndarray, changed: np.ndarray, mean: float, p99: float) -> None:
+    d = np.abs(a.astype(int) - b.astype(int))[changed]
+    assert d.mean() <= mean and np.percentile(d, 99) <= p99, (d.mean(), np.percentile(d, 99))
+
+
+def test_device_path_equals_the_host_path_with_two_faces(paths: NeuralPaths) -> None:
+    frame = _frame([(4, 4), (13, 11)])
+    host = _engine(paths, "cpu").process(frame.copy())
+    dev_engine = _engine(paths, "cuda")
+    assert dev_engine.stager is not None  # the frame goes up once, the analyser is torch's
+    for _ in range(2):  # the second frame replays the captured graphs
+        dev = dev_engine.process(frame.copy())
+    assert host.swapped == dev.swapped == 2
+    assert host.output is not None and dev.output is not None
+    changed = np.abs(host.output.astype(int) - frame).sum(2) > 0
+    assert changed.sum() > 5000
+    _close(dev.output, host.output, changed, 1.0, 4)
+    untouched = ~changed & (np.abs(dev.output.astype(int) - frame).sum(2) == 0)
+    assert untouched.sum() > 0.8 * (~changed).sum()  # only the pasted regions came back
+
+
+def test_frames_staged_on_another_thread_give_the_same_output(paths: NeuralPaths) -> None:
+    eng = _engine(paths, "cuda", precision="fp16")
+    frames = [_frame([(4 + i % 3, 4)], seed=i) for i in range(12)]
+    direct = [eng.process(f.copy(), i).output for i, f in enumerate(frames)]
+    staged: list[object] = []
+
+    def capture() -> None:
+        for f in frames:
+            staged.append(eng.stage(f.copy()))
+
+    t = threading.Thread(target=capture)
+    t.start()
+    t.join()
+    for i, s in enumerate(staged):
+        out = eng.process(s, i).output  # type: ignore[arg-type]
+        assert out is not None and direct[i] is not None
+        assert np.abs(out.astype(int) - direct[i].astype(int)).max() <= 1
+    assert eng.stager.fallbacks == 0  # type: ignore[union-attr]
+
+
+def test_pixel_boost_and_masks_on_the_device(paths: NeuralPaths) -> None:
+    frame = _frame([(9, 9)])
+    kw = dict(pixel_boost=256, face_mask_types=("box", "occlusion", "region"))
+    host = _engine(paths, "cpu", **kw).process(frame.copy())
+    dev = _engine(paths, "cuda", **kw).process(frame.copy())
+    assert host.swapped == dev.swapped == 1
+    assert host.output is not None and dev.output is not None
+    changed = np.abs(host.output.astype(int) - frame).sum(2) > 0
+    assert changed.sum() > 2000
+    _close(dev.output, host.output, changed, 1.5, 6)
+
+
+def test_enhancer_on_the_device_with_the_cache(paths: NeuralPaths, tmp_path: Path) -> None:
+    enh_file = R.export_gfpgan(R.random_unet_enhancer(0), tmp_path / "e.onnx")
+    frame = _frame([(9, 9)])
+    host = _engine(paths, "cpu", enhancer=None)
+    host.enhancer = FaceEnhancer(enh_file, "onnxruntime", blend=100)
+    dev = _engine(paths, "cuda", cache=CacheConfig(threshold=0.9, refresh_every_n=3))
+    dev.enhancer = FaceEnhancer(enh_file, "torch", device="cuda", precision="fp32", blend=100,
+                                cuda_graph=True)
+    a = host.process(frame.copy()).output
+    outs = [dev.process(frame.copy(), i).output for i in range(4)]
+    assert a is not None and all(o is not None for o in outs)
+    changed = np.abs(a.astype(int) - frame).sum(2) > 0
+    for o in outs:  # a miss, two re-warped hits, a refresh: the same pixels
+        _close(o, a, changed, 1.5, 6)  # type: ignore[arg-type]
+    assert dev.cache.stats.hits == 2

@@ -116,12 +116,15 @@ def demo_frames(frames: int, size: tuple[int, int] = (640, 480)) -> list[Frame]:
 
 def bench_quality(frames: int = 60, base: EngineConfig | None = None,
                   make_engine: EngineMaker = _default_maker, cuda: bool | None = None,
-                  clip: list[Frame] | None = None,
+                  clip: list[Frame] | None = None, enhancer: str | None = None,
+                  masks: bool = False, period_ns: int = 33_333_333,
                   out: Callable[[str], None] = print) -> list[QualityRow]:
     """Print the quality gate's table for ``base`` (the classic engine by default).
 
-    Rows: fp16 vs fp32 (neural engine on CUDA), cache vs no cache, and the enhancer and masks
-    on vs off (neural engine, when their models are installed); a row that cannot run says why.
+    Rows: fp16 vs fp32 (neural engine on CUDA), cache vs no cache, the enhancer on vs off
+    (``enhancer``: its catalog name, when its model is installed) and the masks on vs off
+    (``masks``: box + occlusion + region, when their models are installed); a row that cannot
+    run says why.
     """
     from livefuse.quality import HEADER, LPIPS_NOTE, compare
 
@@ -140,24 +143,35 @@ def bench_quality(frames: int = 60, base: EngineConfig | None = None,
     def row(name: str, ref: tuple[EngineConfig, CacheConfig | None],
             var: tuple[EngineConfig, CacheConfig | None], note: str = "") -> None:
         r = compare(name, clip, source, lambda: make_engine(*ref), lambda: make_engine(*var),
-                    note=note)
+                    note=note, period_ns=period_ns)
         rows.append(r)
         out(r.line())
+
+    def skip(name: str, why: str) -> None:
+        rows.append(QualityRow(name, note=f"n/a: {why}"))
+        out(rows[-1].line())
 
     neural = base.engine == "neural"
     if neural and cuda:
         row("fp16 vs fp32", (replace(base, precision="fp32"), None),
             (replace(base, precision="fp16"), None))
     else:
-        r = QualityRow("fp16 vs fp32", note="n/a: " + (
-            "fp16 runs on CUDA only" if neural else "the classic engine has no precision"))
-        rows.append(r)
-        out(r.line())
+        skip("fp16 vs fp32",
+             "fp16 runs on CUDA only" if neural else "the classic engine has no precision")
     row("cache vs no cache", (base, None), (base, CacheConfig()),
         note="threshold 0.8, refresh every 5")
-    for name in ("enhancer on vs off", "masks on vs off"):
-        r = QualityRow(name, note="n/a: needs the neural engine and its models")
-        rows.append(r)
-        out(r.line())
+    if enhancer is not None:
+        row("enhancer on vs off", (base, None), (replace(base, enhancer=enhancer), None),
+            note=f"{enhancer}, blend {base.enhancer_blend:.0f}")
+    else:
+        skip("enhancer on vs off", "no enhancer model installed (livefuse models fetch "
+             "gfpgan_1.4)")
+    if masks and neural:
+        row("masks on vs off", (base, None),
+            (replace(base, face_mask_types=("box", "occlusion", "region")), None),
+            note="box + occlusion + region")
+    else:
+        skip("masks on vs off", "needs the neural engine with the xseg and bisenet_resnet34 "
+             "models" if not neural else "the xseg / bisenet_resnet34 models are not installed")
     out(LPIPS_NOTE)
     return rows

@@ -67,8 +67,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             from livefuse.swap.neural_engine import neural_models_present
 
             engine = "neural" if neural_models_present(args.models_dir) else "classic"
+        from livefuse.models.catalog import get_spec, models_dir
+        from livefuse.models.download import status
+
+        d = models_dir(args.models_dir)
+        have = {n for n in ("gfpgan_1.4", "xseg", "bisenet_resnet34")
+                if status(get_spec(n), d) == "present"}
         bench_quality(frames=args.frames, base=EngineConfig(
-            engine=engine, face_selector="one", models_dir=args.models_dir))
+            engine=engine, face_selector="one", models_dir=args.models_dir),
+            enhancer="gfpgan_1.4" if "gfpgan_1.4" in have else None,
+            masks={"xseg", "bisenet_resnet34"} <= have)
         return 0
     from livefuse.bench import bench_classic
 

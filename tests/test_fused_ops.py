@@ -118,7 +118,7 @@ def test_triton_norm_kernel_matches_the_reference_in_the_interpreter() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_fused_fp16_graph_on_cuda_matches_plain_and_fp32() -> None:
-    from livefuse.swap.neural import TorchRunner
+    from livefuse.models.torch_runner import TorchRunner
 
     loaded = LoadedInswapper(model=random_inswapper(32, seed=7), emap=random_emap(0),
                              path=Path("x"))

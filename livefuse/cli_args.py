@@ -80,17 +80,17 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
                    help="neural: swap at this aligned size (the 128 px model on 2x2, 3x3 or 4x4 "
                         "sub-grids: sharper, 4/9/16x the work) (default: %(default)s)")
     p.add_argument("--face-mask-types", nargs="+", choices=FACE_MASK_TYPE_CHOICES,
-                   default=list(d.face_mask_types), metavar="TYPE",
+                   default=None, metavar="TYPE",
                    help="neural: masks on top of the feathered edge: box (padded, blurred box), "
                         "occlusion (XSeg: keeps what is in front of the face), region (BiSeNet "
                         "parser: only --face-mask-regions; keeps an open mouth) (default: none)")
     p.add_argument("--face-mask-regions", nargs="+", choices=FACE_MASK_REGION_CHOICES,
-                   default=list(d.face_mask_regions), metavar="REGION",
+                   default=None, metavar="REGION",
                    help="neural, with the region mask: the regions swapped "
                         f"({', '.join(FACE_MASK_REGION_CHOICES)}) (default: all)")
     p.add_argument("--face-mask-blur", type=float, default=d.face_mask_blur,
                    help="neural, box mask: blur, 0..1 (default: %(default)s)")
-    p.add_argument("--face-mask-padding", type=float, nargs=4, default=list(d.face_mask_padding),
+    p.add_argument("--face-mask-padding", type=float, nargs=4, default=None,
                    metavar=("TOP", "RIGHT", "BOTTOM", "LEFT"),
                    help="neural, box mask: padding in percent (default: 0 0 0 0)")
     p.add_argument("--enhancer", choices=ENHANCER_CHOICES, default=None,
@@ -119,6 +119,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         why = "its models are present" if engine == "neural" else \
             "no neural models installed; see `livefuse models list`"
         print(f"engine: {engine} ({why})", file=sys.stderr)
+    d = EngineConfig()
     return EngineConfig(engine=engine, precision=args.precision, backend=args.backend,
                         device=args.device, models_dir=args.models_dir,
                         face_selector=args.face_selector,
@@ -126,8 +127,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         detect_every=args.detect_every, blend=args.blend,
                         keep_mouth=args.keep_mouth, rotation=args.rotation,
                         smooth=args.smooth, pixel_boost=args.pixel_boost,
-                        face_mask_types=tuple(args.face_mask_types),
-                        face_mask_regions=tuple(args.face_mask_regions),
+                        face_mask_types=tuple(args.face_mask_types or d.face_mask_types),
+                        face_mask_regions=tuple(args.face_mask_regions or d.face_mask_regions),
                         face_mask_blur=args.face_mask_blur,
-                        face_mask_padding=tuple(args.face_mask_padding),
+                        face_mask_padding=tuple(args.face_mask_padding or d.face_mask_padding),
                         enhancer=args.enhancer, enhancer_blend=args.enhancer_blend).validate()

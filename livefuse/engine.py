@@ -297,14 +297,6 @@ class Engine:
             return paste_patches(frame.device, patches)
         return paste_all(out, patches)
 
-    @staticmethod
-    def _download(frame: StagedFrame, rois: Sequence[Roi | None], out: Frame,
-                  on_device: bool) -> None:
-        if on_device:
-            from livefuse.swap.gpu_frame import download_rois
-
-            download_rois(frame.device, rois, out)
-
     def _enhance(self, frame: StagedFrame, faces: Sequence[Face], swapped: Sequence[int],
                  out: Frame, on_device: bool) -> list[Patch | None]:
         """The enhancer's patches for the faces just swapped (``swapped`` indices), computed on
@@ -365,24 +357,24 @@ class Engine:
         t2 = time.perf_counter_ns()
         out = staged.host if in_place else staged.host.copy()
         on_device = any(p is not None and p.on_device for p in swap)
-        rois = self._paste(staged, swap, out)
-        if self.enhancer is not None:
-            todo = [i for i in misses if rois[i] is not None]
-            if todo:
-                self._sync()
-                packet.timings_ms["paste"] = _ms(t2)
-                t3 = time.perf_counter_ns()
-                for i, p in zip(todo, self._enhance(staged, targets, todo, out, on_device),
-                                strict=True):
-                    enh[i] = p
-                self._sync()
-                packet.timings_ms["enhance"] = _ms(t3)
-                t2 = time.perf_counter_ns()
-            enh_rois = self._paste(staged, enh, out)
-            rois = [a if b is None else b if a is None else _union(a, b)
-                    for a, b in zip(rois, enh_rois, strict=True)]
-        self._download(staged, rois, out, on_device)
-        packet.timings_ms["paste"] = packet.timings_ms.get("paste", 0.0) + _ms(t2)
+        rois = self._compose(staged, targets, swap, enh, misses, out, on_device, packet)
+        if on_device:
+            from livefuse.swap.gpu_frame import fetch_rois, restore_rois, write_rois
+
+            pending = fetch_rois(staged.device, rois)
+            if misses and not self.renderer.verify():
+                # the fp16 guard rejected a swap: undo the pastes, swap again in fp32 (the
+                # renderer has latched to it), paste again; ``out`` still holds the original
+                restore_rois(staged.device, rois, out)
+                for i, patch in zip(misses, self.renderer.render(
+                        staged, [targets[i] for i in misses], self._source), strict=True):
+                    swap[i], enh[i] = patch, None
+                rois = self._compose(staged, targets, swap, enh, misses, out, on_device,
+                                     packet)
+                pending = fetch_rois(staged.device, rois)
+            write_rois(out, pending)
+        # the paste stage's own time: the enhancer's runs are reported on their own
+        packet.timings_ms["paste"] = _ms(t2) - packet.timings_ms.get("enhance", 0.0)
         if self.cache.enabled:
             for i in misses:
                 tid = targets[i].track_id
@@ -394,6 +386,27 @@ class Engine:
         packet.swapped = sum(r is not None for r in rois)
         packet.output = out
         return packet
+
+    def _compose(self, staged: StagedFrame, targets: Sequence[Face], swap: list[Patch | None],
+                 enh: list[Patch | None], misses: Sequence[int], out: Frame, on_device: bool,
+                 packet: FramePacket) -> list[Roi | None]:
+        """Paste the swap layer, run the enhancer on the faces just swapped, paste its layer;
+        returns the region each face covers (``enh`` is filled in for the misses)."""
+        rois = self._paste(staged, swap, out)
+        if self.enhancer is None:
+            return rois
+        todo = [i for i in misses if rois[i] is not None]
+        if todo:
+            self._sync()
+            t3 = time.perf_counter_ns()
+            for i, p in zip(todo, self._enhance(staged, targets, todo, out, on_device),
+                            strict=True):
+                enh[i] = p
+            self._sync()
+            packet.timings_ms["enhance"] = _ms(t3)
+        enh_rois = self._paste(staged, enh, out)
+        return [a if b is None else b if a is None else _union(a, b)
+                for a, b in zip(rois, enh_rois, strict=True)]
 
     def process_image(self, frame: Frame) -> FramePacket:
         """A still image: detection only, nothing carried from or to other frames, and a

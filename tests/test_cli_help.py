@@ -48,7 +48,7 @@ def test_help_has_a_description_and_every_default(name: str) -> None:
 def test_run_help_shows_the_engine_defaults() -> None:
     text = " ".join(_parsers()["run"].format_help().split())
     for shown in ("--engine", "(default: auto)", "(default: many)", "(default: feather)",
-                  "(default: torch)", "(default: the largest, ties to the left-most)"):
+                  "(default: torch)", "(default: the most confident one)"):
         assert shown in text, shown
 
 

@@ -31,6 +31,8 @@ SAMPLES: dict[str, Any] = {
     "directory": Path("/models"),
     "device": "/dev/video2",
     "attempts": 3,
+    "node": "Conv_12",
+    "op": "Conv",
 }
 # Classes whose discovery proves the walk reaches every package (one per module family).
 EXPECTED = {
@@ -38,6 +40,7 @@ EXPECTED = {
     "UnknownModelError", "ModelDownloadError", "ModelMissingError", "ModelVerifyError",
     "ProviderError", "InswapperGraphError", "NothingSwappedError", "NeuralSwapError",
     "VramError", "FaceModelError", "CameraError", "SourceFailedError", "UnknownPackError",
+    "OnnxOpError", "GraphError",
 }
 
 

@@ -140,3 +140,46 @@ def test_cuda_defaults_match_cpu_fp32_on_a_real_photo(paths: NeuralPaths, source
     changed = np.abs(outs[0] - frame).sum(axis=2) > 0
     assert changed.sum() > 5000
     assert np.abs(outs[1] - outs[0])[changed].mean() <= 1.5
+
+
+def test_deferred_fp16_guard_redoes_a_bad_frame_in_fp32(paths: NeuralPaths, source_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device path reads the FP16 guard's verdict at the frame's download (one sync fewer);
+    a bad fp16 swap is undone on the device frame, swapped again in fp32 and pasted: the frame
+    comes out as an fp32 frame would, and the engine stays in fp32. (CPU tensors stand in for
+    the device here; the same code runs on CUDA.)"""
+    import torch
+
+    from livefuse.swap import neural
+    from livefuse.types import StagedFrame
+
+    def engine(precision: str) -> Engine:
+        cfg = EngineConfig(engine="neural", backend="torch", precision=precision,  # type: ignore[arg-type]
+                           device="cpu", smooth=False)
+        eng = Engine(cfg, components=build_neural(cfg, paths))
+        eng.renderer.swapper.on_device = True  # type: ignore[attr-defined]
+        eng.set_source(load_image(source_path))
+        return eng
+
+    real = neural.guard_stats
+    calls = {"n": 0}
+
+    def first_bad(out: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        stats = real(out)
+        if calls["n"] == 1:
+            stats[:, 0] = 0.0  # "non-finite"
+        return stats
+
+    monkeypatch.setattr(neural, "guard_stats", first_bad)
+    frame = _frame((10, 9), 2)
+    fp16 = engine("fp16")
+    fp16.renderer.swapper.precision = "fp16"  # type: ignore[attr-defined]
+    fp16.renderer.swapper._runner.precision = "fp16"  # type: ignore[attr-defined]
+    out = fp16.process(StagedFrame(host=frame.copy(), device=torch.from_numpy(frame.copy())))
+    ref = engine("fp32").process(StagedFrame(host=frame.copy(),
+                                             device=torch.from_numpy(frame.copy())))
+    assert calls["n"] == 1 and fp16.precision_in_use == "fp32 (fallback)"
+    assert out.swapped == ref.swapped == 1
+    assert out.output is not None and ref.output is not None
+    np.testing.assert_array_equal(out.output, ref.output)

@@ -66,7 +66,7 @@ class TorchInsightAnalyser:
     def detect(self, frame: AnyFrame, upsample: int | None = None) -> list[Face]:
         """Faces in ``frame`` (bbox, kps, score in frame px), left to right. ``upsample`` is
         accepted for the analyser contract; SCRFD at 640 px finds faces down to ~16 px."""
-        faces = self.detector.detect(self._tensor(frame)).to_faces()
+        faces = self.detector.detect_faces(self._tensor(frame))
         faces.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
         return faces
 

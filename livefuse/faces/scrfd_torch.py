@@ -456,6 +456,41 @@ class TorchScrfd:
         return Detections(bboxes[:n].clone(), scores[:n].clone(),
                           kps[:n].reshape(-1, 5, 2).clone())
 
+    @torch.inference_mode()
+    def detect_faces(self, frame_t: torch.Tensor, limit: int = 64) -> list[Face]:
+        """:meth:`detect`, returning host :class:`~livefuse.types.Face` s (score order) with ONE
+        read-back: the counts and the best ``limit`` rows come to pinned memory together (the
+        frame path's only detection sync). More faces than ``limit``, or an NMS that did not
+        converge, take :meth:`detect`'s exact path.
+
+        Raises:
+            ValueError: ``frame_t`` is not an ``(H, W, 3) uint8`` tensor on the device.
+        """
+        self._check_frame(frame_t)
+        det_scale = self._letterbox(frame_t)
+        self._scale.fill_(det_scale)
+        if self.cuda_graph:
+            out = self._replay("detect", self._detect_core, (self._input, self._scale))
+        else:
+            out = self._detect_core(self._input, self._scale)
+        bboxes, scores, kps, stats = out[:4]
+        k = min(limit, int(bboxes.shape[0]))
+        packed = torch.cat((stats.to(torch.float32), bboxes[:k].reshape(-1), scores[:k],
+                            kps[:k].reshape(-1)))
+        host = torch.empty(packed.shape, dtype=torch.float32,
+                           pin_memory=self.device.type == "cuda")
+        host.copy_(packed, non_blocking=True)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        h = host.numpy()
+        n, converged, n_valid = int(h[0]), bool(h[1]), int(h[2])
+        if not converged or n_valid > bboxes.shape[0] or n > k:
+            return self.detect(frame_t).to_faces()
+        b = h[3:3 + 4 * k].reshape(k, 4)
+        sc = h[3 + 4 * k:3 + 5 * k]
+        kp = h[3 + 5 * k:].reshape(k, 5, 2)
+        return [Face(bbox=b[i].copy(), kps=kp[i].copy(), score=float(sc[i])) for i in range(n)]
+
     def _finish_exact(self, scores: torch.Tensor, bboxes: torch.Tensor, kps: torch.Tensor,
                       n_valid: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """Greedy NMS over every candidate, iterating until it converges (the rare case of more
@@ -495,7 +530,9 @@ class TorchScrfd:
                 fn(*static_in)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: a live session's capture thread keeps uploading frames on its own
+        # stream while a graph is captured here (global mode would fail that thread)
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = fn(*static_in)
         return graph, static_in, out
 

@@ -212,7 +212,9 @@ class TorchGraph:
                 self._forward(*static)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: a live session's capture thread keeps uploading frames on its own
+        # stream while a graph is captured here (global mode would fail that thread)
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             outs = self._forward(*static)
         return graph, static, outs
 

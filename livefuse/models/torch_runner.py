@@ -156,7 +156,9 @@ class TorchRunner:
                 self._forward(st, styles)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: a live session's capture thread keeps uploading frames on its own
+        # stream while a graph is captured here (global mode would fail that thread)
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = self._forward(st, styles)
         return graph, st, out
 
@@ -177,6 +179,11 @@ class TorchRunner:
         n = int(target.shape[0])
         if not self.cuda_graph:
             out = self._forward(self._convert(target), styles)
+        elif n > 1 and self.low is None and not self.tf32:
+            # fp32 strict: cuDNN's kernels for a batch of 4 took 418 ms on an H200 against
+            # 14 ms for one face (docs/BENCHMARKS.md §7), so faces run one at a time
+            out = torch.cat([self.infer_tensor(target[i:i + 1], latent).clone()
+                             for i in range(n)])
         elif n > MAX_GRAPH_BATCH:
             parts = [self.infer_tensor(target[i:i + MAX_GRAPH_BATCH], latent).clone()
                      for i in range(0, n, MAX_GRAPH_BATCH)]

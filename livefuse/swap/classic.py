@@ -257,6 +257,11 @@ class ClassicSwapper:
         """The source face prepared once (:func:`prepare_source`)."""
         return prepare_source(image, face, path)
 
+    @staticmethod
+    def verify() -> bool:
+        """The classic renderer has no precision to guard."""
+        return True
+
     def render(self, frame: StagedFrame, faces: Sequence[Face],
                source: ClassicSource) -> list[Patch | None]:
         """Render the source face for each target face of ``frame`` (read only).

@@ -29,6 +29,18 @@ if TYPE_CHECKING:
     import torch
 
 
+def upload(arr: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A small host array on ``device`` without a stream sync: a copy from pageable memory makes
+    CUDA wait for every kernel queued before it, one from pinned memory does not (CUDA runtime
+    API, "API synchronization behavior")."""
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(arr))
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def _grids(affines: np.ndarray, out_w: int, out_h: int, in_w: int, in_h: int,
            offsets: np.ndarray, device: torch.device) -> torch.Tensor:
     """Sampling grids ``(N, out_h, out_w, 2)`` for ``grid_sample(align_corners=False)``.
@@ -39,8 +51,8 @@ def _grids(affines: np.ndarray, out_w: int, out_h: int, in_w: int, in_h: int,
     """
     import torch
 
-    m = torch.as_tensor(np.asarray(affines, np.float32), device=device)
-    off = torch.as_tensor(np.asarray(offsets, np.float32), device=device)
+    m = upload(np.asarray(affines, np.float32), device)
+    off = upload(np.asarray(offsets, np.float32), device)
     xs = torch.arange(out_w, device=device, dtype=torch.float32)
     ys = torch.arange(out_h, device=device, dtype=torch.float32)
     gx = xs[None, None, :] + off[:, 0, None, None]  # (N, 1, W)
@@ -138,28 +150,49 @@ def paste_patches(frame_t: torch.Tensor, patches: Sequence[Patch | None]) -> lis
     return rois
 
 
-def download_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None], out: Frame) -> None:
-    """Copy the given regions of a device frame into the host frame ``out`` (in place).
+Pending = list[tuple[Roi, "torch.Tensor"]]
 
-    One pinned staging buffer per region (torch's caching host allocator reuses them), all copies
-    queued on the current stream, then one synchronisation.
-    """
+
+def fetch_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None]) -> Pending:
+    """Copy the given regions of a device frame to pinned host buffers (torch's caching host
+    allocator reuses them): all copies queued on the current stream, then one synchronisation.
+    :func:`write_rois` puts them into the host frame."""
     import torch
 
-    pending = []
+    pending: Pending = []
+    cuda = frame_t.device.type == "cuda"
     for roi in rois:
         if roi is None:
             continue
         x0, y0, x1, y1 = roi
         src = frame_t[y0:y1, x0:x1]
-        dst = torch.empty(tuple(src.shape), dtype=torch.uint8, pin_memory=True)
-        dst.copy_(src, non_blocking=True)
+        dst = torch.empty(tuple(src.shape), dtype=torch.uint8, pin_memory=cuda)
+        dst.copy_(src, non_blocking=cuda)
         pending.append((roi, dst))
-    if not pending:
-        return
-    torch.cuda.current_stream(frame_t.device).synchronize()
+    if pending and cuda:
+        torch.cuda.current_stream(frame_t.device).synchronize()
+    return pending
+
+
+def write_rois(out: Frame, pending: Pending) -> None:
+    """Write fetched regions into the host frame ``out`` (in place)."""
     for (x0, y0, x1, y1), dst in pending:
         out[y0:y1, x0:x1] = dst.numpy()
+
+
+def download_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None], out: Frame) -> None:
+    """:func:`fetch_rois` then :func:`write_rois`: the pasted regions into the host output."""
+    write_rois(out, fetch_rois(frame_t, rois))
+
+
+def restore_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None], host: Frame) -> None:
+    """Put the host frame's own pixels back into the given regions of the device frame (undo a
+    paste, e.g. of a swap the precision guard rejected)."""
+    for roi in rois:
+        if roi is None:
+            continue
+        x0, y0, x1, y1 = roi
+        frame_t[y0:y1, x0:x1].copy_(upload(host[y0:y1, x0:x1], frame_t.device))
 
 
 class _Slot:
@@ -263,4 +296,5 @@ class FrameStager:
             staged.ready = None
 
 
-__all__ = ["FrameStager", "align_crops", "download_rois", "frame_rgb", "paste_patches"]
+__all__ = ["FrameStager", "align_crops", "download_rois", "fetch_rois", "frame_rgb",
+           "paste_patches", "restore_rois", "upload", "write_rois"]

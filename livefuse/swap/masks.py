@@ -112,7 +112,9 @@ def combine_masks(*masks: Any) -> Any:
         import torch
 
         dev = next(m.device for m in ms if _is_tensor(m))
-        ts = [m if _is_tensor(m) else torch.as_tensor(np.asarray(m), device=dev) for m in ms]
+        from livefuse.swap.gpu_frame import upload
+
+        ts = [m if _is_tensor(m) else upload(np.asarray(m, np.float32), dev) for m in ms]
         out = ts[0].float()
         for t in ts[1:]:
             out = torch.minimum(out, t.float())
@@ -344,7 +346,10 @@ class FaceParser(_MaskModel):
             if n == 0:
                 return torch.zeros((0, s, s), device=crops.device)
             lab_t = self.labels(crops)
-            hit_t = torch.isin(lab_t, torch.tensor(ids, device=lab_t.device)).float()[:, None]
+            from livefuse.swap.gpu_frame import upload
+
+            ids_t = upload(np.asarray(ids, np.int64), lab_t.device)
+            hit_t = torch.isin(lab_t, ids_t).float()[:, None]
             return soften_device(_resize_device(hit_t, (s, s))[:, 0], feather)
         x = np.asarray(crops) if isinstance(crops, np.ndarray) else list(crops)
         n = len(x)

@@ -102,13 +102,17 @@ class Runner(Protocol):
     def infer(self, target: FloatArray, latent: FloatArray) -> FloatArray: ...
 
 
-def bad_tensor_reasons(out: Any) -> list[str | None]:
-    """:func:`~livefuse.precision.bad_output_reason` per face of a device batch ``(N, ...)``,
-    with one host sync for the whole batch."""
+def guard_stats(out: Any) -> Any:
+    """Per face of a device batch ``(N, ...)``: finite (0/1), max and std, ``(N, 3) float32`` on
+    the device (no sync)."""
     import torch
 
     f = out.float().flatten(1)
-    stats = torch.stack((torch.isfinite(f).all(1).float(), f.amax(1), f.std(1)), 1).cpu().numpy()
+    return torch.stack((torch.isfinite(f).all(1).float(), f.amax(1), f.std(1)), 1)
+
+
+def reasons_from_stats(stats: np.ndarray) -> list[str | None]:
+    """:func:`~livefuse.precision.bad_output_reason` per face from :func:`guard_stats`."""
     reasons: list[str | None] = []
     for finite, top, std in stats:
         if finite < 1 or not np.isfinite(top) or not np.isfinite(std):
@@ -122,7 +126,11 @@ def bad_tensor_reasons(out: Any) -> list[str | None]:
     return reasons
 
 
-# ----------------------------------------------------------------------------------------- swapper
+def bad_tensor_reasons(out: Any) -> list[str | None]:
+    """:func:`~livefuse.precision.bad_output_reason` per face of a device batch ``(N, ...)``,
+    with one host sync for the whole batch."""
+    return reasons_from_stats(guard_stats(out).cpu().numpy())
+
 
 class NeuralSwapper:
     """inswapper-class face swapper: aligned crops in, swapped crops out, with the FP16 guard.
@@ -199,6 +207,8 @@ class NeuralSwapper:
         self.fallbacks = 0
         self._latched = False
         self._batches = 0
+        self._deferred: Any = None
+        self._deferred_done: Any = None
         self._runner: Runner = self._make_runner(self.precision)
         log.info("neural swapper: %s backend, %s (%s)", backend, self.precision,
                  self.precision_reason)
@@ -266,12 +276,16 @@ class NeuralSwapper:
                 pred = self._runner.infer(target, latent)
         return pred
 
-    def swap_device(self, crops: Any, latent: FloatArray) -> Any:
+    def swap_device(self, crops: Any, latent: FloatArray, deferred: bool = False) -> Any:
         """Run the model with the FP16 guard on a device batch (torch backend on CUDA).
 
         Args:
             crops: ``(N, 3, 128, 128)`` float RGB [0, 1] tensor on the device.
             latent: ``(1, 512) float32`` host array (the runner keys its style cache by value).
+            deferred: do not wait for the guard's verdict here: its statistics go to pinned
+                memory with the frame's other results, and :meth:`check_deferred` reads them
+                after the frame's next synchronisation (one sync per frame fewer). The caller
+                must then call :meth:`check_deferred` and redo the batch if it says so.
 
         Returns:
             ``(N, 3, 128, 128)`` tensor, RGB [0, 1], in the runner's dtype; a copy the caller
@@ -287,6 +301,15 @@ class NeuralSwapper:
         latent_t = torch.from_numpy(latent)
         out = runner.infer_tensor(crops, latent_t)
         if runner.precision != "fp32":
+            if deferred:
+                stats = guard_stats(out)
+                cuda = stats.device.type == "cuda"
+                self._deferred = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=cuda)
+                self._deferred.copy_(stats, non_blocking=cuda)
+                self._deferred_done = torch.cuda.Event() if cuda else None
+                if self._deferred_done is not None:
+                    self._deferred_done.record()
+                return out.clone()
             reason = next((r for r in bad_tensor_reasons(out) if r is not None), None)
             if reason is not None:
                 self._latch(reason)
@@ -294,6 +317,21 @@ class NeuralSwapper:
                 assert isinstance(runner, TorchRunner)
                 out = runner.infer_tensor(crops, latent_t)
         return out.clone()
+
+    def check_deferred(self) -> bool:
+        """The verdict of the last deferred guard: ``True`` when every face was fine (or no
+        check is pending); ``False`` when one was bad: the swapper has latched to fp32 and the
+        batch must be swapped again."""
+        pending, self._deferred = self._deferred, None
+        if pending is None:
+            return True
+        if self._deferred_done is not None:  # already done after the frame's download sync
+            self._deferred_done.synchronize()
+        reason = next((r for r in reasons_from_stats(pending.numpy()) if r is not None), None)
+        if reason is None:
+            return True
+        self._latch(reason)
+        return False
 
     def swap_crops(self, crops_bgr: Sequence[Frame], latent: FloatArray) -> list[Frame]:
         """Swap aligned crops ``(128, 128, 3) uint8 BGR`` on the host, as one batch.

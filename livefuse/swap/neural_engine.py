@@ -155,6 +155,10 @@ class NeuralRenderer:
             return None
         return self.masker.alphas(crops, edge)
 
+    def verify(self) -> bool:
+        """The device path's deferred FP16 guard (see :meth:`NeuralSwapper.check_deferred`)."""
+        return self.swapper.check_deferred()
+
     def prepare(self, image: Frame, face: Face, path: Path | None = None) -> NeuralSource:
         latent = self.swapper.prepare_source(self.analyser.embed(image, face))
         return NeuralSource(latent=latent, face=face, path=path)
@@ -192,7 +196,7 @@ class NeuralRenderer:
             if k > 1:  # (N, 3, S, S) -> (N·k·k, 3, 128, 128) strided sub-grids, and back
                 crops = crops.reshape(n, 3, INPUT_SIZE, k, INPUT_SIZE, k).permute(
                     0, 3, 5, 1, 2, 4).reshape(n * k * k, 3, INPUT_SIZE, INPUT_SIZE)
-            swapped = self.swapper.swap_device(crops, source.latent)
+            swapped = self.swapper.swap_device(crops, source.latent, deferred=True)
             if k > 1:
                 swapped = swapped.reshape(n, k, k, 3, INPUT_SIZE, INPUT_SIZE).permute(
                     0, 3, 4, 1, 5, 2).reshape(n, 3, size, size)

@@ -45,5 +45,11 @@ class Renderer(Protocol):
         cannot be rendered (outside the frame, no landmarks)."""
         ...
 
+    def verify(self) -> bool:
+        """Whether the last :meth:`render` passed the precision guard, asked after the frame's
+        download (a device renderer defers the guard's read-back to it). ``False``: the renderer
+        has fallen back to fp32 and the faces must be rendered again."""
+        ...
+
 
 __all__ = ["Renderer"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -67,6 +68,44 @@ def pick_source_face(faces: list[Face], path: Path | None, index: int | None = N
             raise FaceIndexError(index, len(faces), path)
         return faces[index]
     return max(faces, key=lambda f: (f.area, -float(f.bbox[0])))
+
+
+@dataclass(frozen=True)
+class SourceChoice:
+    """The face of a source photo to swap in, and what the user should be told about it.
+
+    Attributes:
+        face: the chosen source face.
+        index: its index in ``candidates`` (left to right from 0).
+        candidates: the faces to choose from, sorted left to right by bbox centre.
+        notes: one-line messages for the user.
+    """
+
+    face: Face
+    index: int
+    candidates: list[Face]
+    notes: tuple[str, ...]
+
+
+def choose_source_face(faces: list[Face], image: Frame, path: Path | None,
+                       index: int | None = None) -> SourceChoice:
+    """Choose the face of a source photo to swap in.
+
+    Temporary stand-in with the final signature, so the app can use it now: every detection is
+    a candidate, the largest wins (ties: the left-most), no notes. The classic branch replaces
+    it with the confidence rule, the landmark sanity check and the notes.
+
+    Raises:
+        NoFaceError: no face. FaceIndexError: ``index`` outside ``0..len(candidates) - 1``.
+    """
+    if not faces:
+        raise NoFaceError(path, "source")
+    candidates = sorted(faces, key=lambda f: float(f.bbox[0] + f.bbox[2]))
+    if index is None:
+        index = max(range(len(candidates)), key=lambda i: (candidates[i].area, -i))
+    elif not 0 <= index < len(candidates):
+        raise FaceIndexError(index, len(candidates), path)
+    return SourceChoice(face=candidates[index], index=index, candidates=candidates, notes=())
 
 
 def select_targets(faces: list[Face], selector: FaceSelector, index: int | None = None,

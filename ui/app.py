@@ -82,8 +82,9 @@ class QuitOnSignals:
             pass
 
     def _handle(self, signum: int, _frame: object) -> None:
-        if self.received is not None:
+        if self.received is not None:  # a second one: the user means it
             signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
             return
         self.received = signum
         from PySide6.QtCore import QTimer
@@ -161,7 +162,7 @@ def close_app(app: Any, win: Any, own_app: bool, wait_for_jobs: Any) -> None:
     from PySide6.QtCore import QCoreApplication, QEvent
 
     win.shutdown()
-    wait_for_jobs(5000)
+    wait_for_jobs(30_000)  # a model status check hashes 500 MB files; downloads were cancelled
     win.deleteLater()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     if own_app:

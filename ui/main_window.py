@@ -715,6 +715,8 @@ class MainWindow(QMainWindow):
         app = QApplication.instance()
         if app is not None:
             app.removeEventFilter(self._space)
+        for dlg in self.findChildren(ModelsDialog):
+            dlg.cancel()  # a download on the thread pool ends after its block (kept as .part)
         self._running = False
         cfg, session = self.config, self.session
         # After whatever is queued (the last edit included), in order.

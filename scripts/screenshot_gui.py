@@ -53,7 +53,7 @@ def main() -> int:
 
     win.picker.source_changed.connect(start_once)
     win.picker.load(source)
-    win.resize(1360, 820)
+    win.resize(1360, 860)  # the whole settings column shows on the 1400x900 screen
     win.show()
 
     result: dict[str, str] = {}

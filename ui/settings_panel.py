@@ -70,6 +70,8 @@ class SettingsPanel(QWidget):
         self.detect_every = QSpinBox()
         self.detect_every.setRange(1, 60)
         self.detect_every.setSuffix(" frames")
+        for spin in (self.refresh, self.detect_every):
+            spin.setSpecialValueText("1 frame")  # the minimum, in the singular
         self.keep_mouth = QCheckBox("Keep the target's mouth")
         self.vcam = QCheckBox("Virtual camera")
         self.vcam_status = QLabel("off")

@@ -67,7 +67,7 @@ def _close_by_key(pid: int) -> bool:
 def cycle(n: int, how: str, clip: Path, photo: Path, work: Path, run_s: float,
           timeout: float) -> tuple[str, int | None, str]:
     """One start → frames → quit cycle; returns (verdict, exit code, detail)."""
-    cmd = [sys.executable, "-m", "livefuse", "-v", "gui", "--config",
+    cmd = [sys.executable, "-X", "faulthandler", "-m", "livefuse", "-v", "gui", "--config",
            str(work / f"cfg{n % 2}" / "settings.toml"), "--video", str(clip),
            "--source", str(photo), "--start"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -85,7 +85,7 @@ def cycle(n: int, how: str, clip: Path, photo: Path, work: Path, run_s: float,
         proc.kill()
         proc.wait()
         reader.join(5)
-        return "no-frames", proc.returncode, "".join(err[-5:]).strip()
+        return "no-frames", proc.returncode, "".join(err[-40:]).strip()
     time.sleep(run_s)
     expected = {"sigterm": 0, "sigint": 130, "close": 0}[how]
     if how == "sigterm":

@@ -27,7 +27,7 @@ from livefuse_ui.models_dialog import ModelsDialog, ProgressSession
 from livefuse_ui.preview import OverlayInfo, PreviewWidget
 from livefuse_ui.settings_panel import NEURAL_ONLY_TIP
 from livefuse_ui.source_picker import SharedAnalyser, SourcePicker
-from PySide6.QtCore import QPoint, QPointF, Qt, QTimer
+from PySide6.QtCore import QPoint, QPointF, Qt, QThreadPool, QTimer
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QWidget
@@ -379,6 +379,94 @@ def test_picker_offers_the_rules_candidates_its_choice_and_its_notes(
     with qtbot.waitSignal(picker.source_changed):
         picker.faces.setCurrentRow(0)
     assert "note for face 0" in picker.notes.text()
+
+
+class _Reentrancy:
+    """An analyser that records how many calls run at once (dlib's HOG detector releases the
+    GIL and crashes when entered twice)."""
+
+    def __init__(self) -> None:
+        self.inside = 0
+        self.most = 0
+        self._count = threading.Lock()
+
+    def _enter(self) -> None:
+        with self._count:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        time.sleep(0.02)  # a detection's length, with the GIL released as dlib does
+        with self._count:
+            self.inside -= 1
+
+    def detect(self, frame: Frame, upsample: int | None = None) -> list[Face]:
+        self._enter()
+        return []
+
+    def track(self, frame: Frame, faces: Any) -> list[Face | None]:
+        self._enter()
+        return []
+
+    def embed(self, frame: Frame, face: Face) -> np.ndarray:
+        self._enter()
+        return np.zeros(128, np.float32)
+
+
+def test_the_shared_analyser_runs_one_call_at_a_time() -> None:
+    """The picker's photo analysis (thread pool) and the classic engine (inference thread)
+    share one dlib analyser; two photo analyses at once crashed the app (SIGSEGV in the HOG
+    detector, seen in the soak test when a restored photo and --source loaded together)."""
+    inner = _Reentrancy()
+    shared = SharedAnalyser(inner)
+    frame = np.zeros((8, 8, 3), np.uint8)
+
+    def use() -> None:
+        a = shared.get()
+        for _ in range(5):
+            a.detect(frame)
+            a.track(frame, [])
+            a.embed(frame, Face(bbox=np.zeros(4, np.float32), kps=np.zeros((5, 2), np.float32)))
+
+    threads = [threading.Thread(target=use) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert inner.most == 1
+
+
+def test_a_photo_chosen_later_wins_over_one_still_loading(
+        qtbot: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restored photo still loading when the user (or --source) picks another must not
+    replace the newer choice when it finishes last."""
+    import livefuse_ui.source_picker as sp
+
+    release = threading.Event()
+    real = load_image(insightface_image("t1.jpg"))
+
+    def fake_analyse(path: Path, analyser: Any) -> sp.SourceAnalysis:
+        if path.name == "old.png":
+            release.wait(WAIT_MS / 1000)
+        face = Face(bbox=np.array([10, 10, 60, 60], np.float32),
+                    kps=np.zeros((5, 2), np.float32))
+        img = LoadedImage(bgr=real.bgr, alpha=None, path=path)
+        return sp.SourceAnalysis(path, img, [face], [sp.face_thumbnail(real.bgr, face)], 0,
+                                 [()])
+
+    monkeypatch.setattr(sp, "analyse_source", fake_analyse)
+    picker = SourcePicker(analyser=SharedAnalyser(_Reentrancy()))
+    qtbot.addWidget(picker)
+    changed: list[Path] = []
+    picker.source_changed.connect(lambda p, i: changed.append(p))
+    picker.load(tmp_path / "old.png")
+    with qtbot.waitSignal(picker.source_changed, timeout=WAIT_MS):
+        picker.load(tmp_path / "new.png")
+    release.set()
+    qtbot.waitUntil(lambda: QThreadPool.globalInstance().activeThreadCount() == 0,
+                    timeout=WAIT_MS)
+    qtbot.wait(50)  # the old job's queued result, had it not been dropped
+    QApplication.processEvents()
+    assert changed == [tmp_path / "new.png"]
+    assert picker.analysis is not None and picker.analysis.path.name == "new.png"
 
 
 class _Reversed:

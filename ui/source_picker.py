@@ -34,28 +34,53 @@ from PySide6.QtWidgets import (
 )
 
 from livefuse.errors import LivefuseError
-from livefuse.faces.analyser import Analyser
+from livefuse.faces.analyser import Analyser, AnyFrame
 from livefuse.imaging import IMAGE_SUFFIXES, LoadedImage, load_image
-from livefuse.types import Face, Frame
+from livefuse.types import Face, FloatArray, Frame
 
 THUMB_PX = 96
 _MARGIN = 0.35  # share of the bbox added on each side of a thumbnail, so hair and chin show
 _SAME_FACE_IOU = 0.5  # a restored face box matches a candidate at least this well
 
 
+class _Serialized:
+    """An analyser behind a lock: one call at a time, from any thread."""
+
+    def __init__(self, inner: Analyser, lock: threading.Lock) -> None:
+        self._inner, self._lock = inner, lock
+
+    def detect(self, frame: AnyFrame, upsample: int | None = None) -> list[Face]:
+        with self._lock:
+            return self._inner.detect(frame, upsample)
+
+    def track(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face | None]:
+        with self._lock:
+            return self._inner.track(frame, faces)
+
+    def embed(self, frame: Frame, face: Face) -> FloatArray:
+        with self._lock:
+            return self._inner.embed(frame, face)
+
+
 class SharedAnalyser:
     """The app's one DlibFaceAnalyser, built on first use by whichever worker thread needs it
-    first (the picker's job or the inference thread building the classic engine).
+    first (the picker's job or the inference thread building the classic engine), and used by
+    one thread at a time.
 
     Loading dlib's models takes ~1 s and holds the GIL all along (measured: a Python thread
     ticking every 5 ms stalled 0.96 s), which would freeze the GUI at every engine rebuild; so
-    the picker and every classic engine share this one instance. dlib's calls hold the GIL, so
-    they never run concurrently; the analyser keeps no per-call state.
+    the picker and every classic engine share one instance. Its calls are serialized: dlib's
+    HOG detector releases the GIL inside ``run`` and is not safe to enter twice (two photo
+    analyses at once crashed the app in SIGSEGV; the picker's photo and the live engine's
+    frame could meet there the same way). A photo analysis therefore delays a live frame's
+    detection by its own length, once per photo chosen.
     """
 
     def __init__(self, analyser: Analyser | None = None) -> None:
         self._lock = threading.Lock()
-        self._analyser = analyser
+        self._calls = threading.Lock()
+        self._analyser: Analyser | None = None if analyser is None else \
+            _Serialized(analyser, self._calls)
 
     def get(self) -> Analyser:
         """The analyser (any thread but the GUI thread: the first call loads dlib's models)."""
@@ -63,7 +88,7 @@ class SharedAnalyser:
             if self._analyser is None:
                 from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 
-                self._analyser = DlibFaceAnalyser()
+                self._analyser = _Serialized(DlibFaceAnalyser(), self._calls)
             return self._analyser
 
 
@@ -159,6 +184,7 @@ class SourcePicker(QWidget):
         self._analyser = analyser or SharedAnalyser()
         self.analysis: SourceAnalysis | None = None
         self._prefer: Sequence[float] = ()
+        self._generation = 0  # the newest load; an older one finishing later is dropped
         self.setAcceptDrops(True)
         self.button = QPushButton("Choose source photo…")
         self.button.clicked.connect(self.browse)
@@ -219,12 +245,29 @@ class SourcePicker(QWidget):
         (a restored session); otherwise the rule's choice is selected.
         """
         self._prefer = tuple(prefer_box)
+        self._generation += 1
+        gen = self._generation
         self.message.setText(f"Looking for faces in {Path(path).name}…")
         self.message.setStyleSheet("")
         self.button.setEnabled(False)
         analyser = self._analyser
-        run_async(lambda: analyse_source(Path(path), analyser.get()), self._analysed,
-                  lambda exc: self._failed(path, exc))
+
+        def job() -> tuple[int, Path, SourceAnalysis | BaseException]:
+            try:
+                return gen, Path(path), analyse_source(Path(path), analyser.get())
+            except Exception as exc:  # shown by the widget, like any unusable photo
+                return gen, Path(path), exc
+
+        run_async(job, self._loaded)  # a bound method: dropped if the widget is gone
+
+    def _loaded(self, payload: tuple[int, Path, SourceAnalysis | BaseException]) -> None:
+        gen, path, result = payload
+        if gen != self._generation:
+            return  # a newer photo was chosen meanwhile
+        if isinstance(result, BaseException):
+            self._failed(path, result)
+        else:
+            self._analysed(result)
 
     def _failed(self, path: Path, exc: BaseException) -> None:
         self.button.setEnabled(True)

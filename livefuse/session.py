@@ -267,6 +267,17 @@ class Session:
                 self._status(f"{sink.name} failed to close: {exc}")
         return ok
 
+    def _update_prepared(self, old: AppConfig, config: AppConfig) -> None:
+        # A stopped session keeps its engine for the next start (which hands it to the runner
+        # as is): settings changed meanwhile must reach it, in place or by a rebuild at start.
+        engine = self._engine
+        if engine is None:
+            return
+        if config.cache != old.cache:
+            engine.set_cache(config.cache)
+        if config.engine != old.engine and not engine.apply(config.engine):
+            self._engine = None
+
     def apply(self, config: AppConfig) -> None:
         """Take new settings (see the module docstring for what each change does).
 
@@ -279,6 +290,7 @@ class Session:
             old, self._config = self._config, config
             runner = self._runner
             if runner is None:
+                self._update_prepared(old, config)
                 return
             if config.capture != old.capture:
                 runner.replace_source(self._source_factory(config.capture),

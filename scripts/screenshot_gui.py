@@ -2,11 +2,13 @@
 
 Run under a virtual X server (a real window, not the offscreen platform):
 
-    xvfb-run -a -s "-screen 0 1400x860x24" python scripts/screenshot_gui.py [OUT.png]
+    xvfb-run -a -s "-screen 0 1400x900x24" python scripts/screenshot_gui.py [OUT.png]
 
 Debian packages needed for Xvfb + Qt's xcb plugin: xvfb xauth libxcb-icccm4 libxcb-keysyms1
 libxcb-cursor0. The input is a clip with camera motion over insightface's t1.jpg, the source face
-is the astronaut (skimage), the engine the offline classic one.
+is the astronaut (skimage), the engine the offline classic one. The app is driven from its own
+event loop and ends like ``livefuse gui`` does (livefuse_ui.app.close_app), so the script exits
+0 with nothing left to crash at interpreter exit.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from livefuse.imaging import load_image, save_image
 from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.samples import astronaut, insightface_image
 
+TIMEOUT_S = 120.0  # generous: the machine may be shared
+FRAMES = 60  # frames shown before the shot, so the metrics overlay has settled
+
 
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screenshot.png")
@@ -30,43 +35,67 @@ def main() -> int:
                                   face_px=110, face_width=120), work / "t1.mp4", audio=False)
     source = save_image(work / "astronaut.png", astronaut())
 
-    from livefuse_ui.app import _prepare_qt_environment
+    from livefuse_ui.app import _prepare_qt_environment, close_app
 
     _prepare_qt_environment()
     from livefuse_ui.main_window import MainWindow
+    from livefuse_ui.worker import wait_for_jobs
+    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
     app = QApplication(sys.argv[:1])
     win = MainWindow(config_path=work / "settings.toml")
     win.set_video(clip)
-    win.mirror.setChecked(False)
-    win.picker.source_changed.connect(lambda *_: win.start())
+
+    def start_once(*_: object) -> None:
+        win.picker.source_changed.disconnect(start_once)
+        win.start()
+
+    win.picker.source_changed.connect(start_once)
     win.picker.load(source)
-    win.resize(1360, 820)
+    win.resize(1360, 860)  # the whole settings column shows on the 1400x900 screen
     win.show()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        app.processEvents()
-        time.sleep(0.01)
+
+    result: dict[str, str] = {}
+    deadline = time.monotonic() + TIMEOUT_S
+    settle = {"polls": 0}
+
+    def poll() -> None:
         snap = win.last_metrics
-        if win.preview.frames_shown >= 60 and snap is not None and win.metrics_updates >= 6:
-            break
-    else:
-        print("no frames within 60 s:", win.statuses[-5:], file=sys.stderr)
-        return 1
-    for _ in range(20):  # let the last frame and overlay paint
-        app.processEvents()
-        time.sleep(0.01)
-    image = win.grab().toImage()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.png")
-    if not image.save(str(tmp)):
-        print(f"cannot write {tmp}", file=sys.stderr)
-        return 1
-    os.replace(tmp, out)
-    print(f"saved {out} ({image.width()}x{image.height()}); {win.last_metrics.line()}")
-    win.close()
-    return 0
+        ready = win.preview.frames_shown >= FRAMES and snap is not None \
+            and win.metrics_updates >= 6
+        if ready:
+            settle["polls"] += 1
+            if settle["polls"] < 3:  # let the last frame and the overlay paint
+                return
+            image = win.grab().toImage()
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_name(out.name + ".tmp.png")
+            if image.save(str(tmp)):
+                os.replace(tmp, out)
+                result["ok"] = (f"saved {out} ({image.width()}x{image.height()}); "
+                                f"{snap.line() if snap else ''}")
+            else:
+                result["error"] = f"cannot write {tmp}"
+        elif time.monotonic() > deadline:
+            result["error"] = f"no frames within {TIMEOUT_S:.0f} s: {win.statuses[-5:]}"
+        else:
+            return
+        timer.stop()
+        win.close()  # the last window: the event loop ends
+
+    timer = QTimer()
+    timer.setInterval(100)
+    timer.timeout.connect(poll)
+    timer.start()
+    app.exec()
+    timer.stop()
+    close_app(app, win, own_app=True, wait_for_jobs=wait_for_jobs)
+    if "ok" in result:
+        print(result["ok"])
+        return 0
+    print(result.get("error", "the window closed early"), file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -1,16 +1,26 @@
 """Entry points: ``livefuse`` (no arguments) and ``livefuse gui`` open the main window.
 
 ``livefuse.cli`` imports this module lazily inside its handler, so ``import livefuse`` never needs
-PySide6.
+PySide6; Qt itself is imported only inside :func:`launch`.
+
+The process ends in a fixed order, so that no thread reports to a Qt object being destroyed and
+Qt's objects are not left to the interpreter's teardown (which deleted the window's widgets from
+PySide's atexit hook and crashed there): the window stops the session and joins its threads, the
+thread pool's jobs finish, the window is deleted, then the application.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
+
+NO_DISPLAY = ("livefuse: error: no display: the desktop app needs a graphical session; use "
+              "`livefuse live` for a headless session (or set QT_QPA_PLATFORM=offscreen)")
 
 
 def _prepare_qt_environment() -> None:
@@ -19,6 +29,85 @@ def _prepare_qt_environment() -> None:
     # is built against another Qt and fails under X. PySide6 finds its own plugins without it.
     os.environ.pop("QT_QPA_PLATFORM_PLUGIN_PATH", None)
     os.environ.pop("QT_QPA_FONTDIR", None)
+
+
+def no_display(environ: dict[str, str] | os._Environ[str] = os.environ,
+               platform: str = sys.platform) -> bool:
+    """Whether Qt would find no display: on X11/Wayland systems (not Windows or macOS), none of
+    DISPLAY, WAYLAND_DISPLAY or QT_QPA_PLATFORM is set. Qt would then abort with a hint about
+    libxcb-cursor0 that sends users after a library they have."""
+    if platform.startswith(("win", "darwin", "cygwin")):
+        return False
+    return not any(environ.get(k) for k in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"))
+
+
+class QuitOnSignals:
+    """SIGINT and SIGTERM close the window like the user would (GUI thread).
+
+    While Qt's event loop waits in C, Python's own signal handlers cannot run (Ctrl-C then
+    surfaced later as a KeyboardInterrupt inside some slot, and the app kept running). So the
+    signal also writes to a socket (``signal.set_wakeup_fd``) that a ``QSocketNotifier`` watches:
+    the loop wakes up, runs the Python handler, and the window closes normally. A second
+    signal while closing gets the default action (a stuck quit can still be killed).
+
+    Attributes:
+        received: the first signal number, or ``None``.
+    """
+
+    SIGNALS = tuple(s for s in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None))
+                    if s is not None)
+
+    def __init__(self, window: Any) -> None:
+        from PySide6.QtCore import QSocketNotifier
+
+        self.received: int | None = None
+        self._window = window
+        self._old: dict[int, Any] = {}
+        self._rsock, self._wsock = socket.socketpair()
+        for s in (self._rsock, self._wsock):
+            s.setblocking(False)
+        self._old_fd = signal.set_wakeup_fd(self._wsock.fileno(), warn_on_full_buffer=False)
+        self._notifier = QSocketNotifier(self._rsock.fileno(), QSocketNotifier.Type.Read)
+        self._notifier.activated.connect(self._drain)
+        for sig in self.SIGNALS:
+            self._old[sig] = signal.signal(sig, self._handle)
+
+    def _drain(self, *_: object) -> None:
+        # Running this Python slot is what lets the interpreter call _handle; the bytes
+        # themselves only woke the loop.
+        try:
+            while self._rsock.recv(64):
+                pass
+        except OSError:
+            pass
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.received is not None:  # a second one: the user means it
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self.received = signum
+        from PySide6.QtCore import QTimer
+
+        # Not from inside the handler (it may interrupt any slot): from the loop, next.
+        QTimer.singleShot(0, self._window.close)
+
+    @property
+    def exit_code(self) -> int | None:
+        """130 after SIGINT (the shell's code for Ctrl-C), 0 after SIGTERM (a requested, clean
+        quit), ``None`` without a signal."""
+        if self.received is None:
+            return None
+        return 130 if self.received == signal.SIGINT else 0
+
+    def uninstall(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        signal.set_wakeup_fd(self._old_fd)
+        self._notifier.setEnabled(False)
+        self._notifier.deleteLater()
+        self._rsock.close()
+        self._wsock.close()
 
 
 def launch(config_path: Path | None = None, video: Path | None = None,
@@ -32,13 +121,19 @@ def launch(config_path: Path | None = None, video: Path | None = None,
         start: press Start as soon as the source face is ready.
 
     Returns:
-        The Qt event loop's exit code.
+        The exit code: the event loop's, 130 after SIGINT, 0 after SIGTERM, 2 without a
+        display.
     """
+    if no_display():
+        print(NO_DISPLAY, file=sys.stderr)
+        return 2
     _prepare_qt_environment()
     from livefuse_ui.main_window import MainWindow
+    from livefuse_ui.worker import wait_for_jobs
     from PySide6.QtWidgets import QApplication
 
-    app: Any = QApplication.instance() or QApplication(argv or sys.argv[:1])
+    existing = QApplication.instance()
+    app: Any = existing or QApplication(argv or sys.argv[:1])
     app.setApplicationName("livefuse")
     win = MainWindow(config_path)
     if video is not None:
@@ -47,12 +142,31 @@ def launch(config_path: Path | None = None, video: Path | None = None,
         win.picker.load(source)
     if start:
         def _start_when_ready(*_: object) -> None:
-            win.start()
             win.picker.source_changed.disconnect(_start_when_ready)
+            win.start()
 
         win.picker.source_changed.connect(_start_when_ready)
+    quitter = QuitOnSignals(win)
     win.show()
-    return int(app.exec())
+    try:
+        code = int(app.exec())
+    finally:
+        quitter.uninstall()
+        close_app(app, win, own_app=existing is None, wait_for_jobs=wait_for_jobs)
+    return quitter.exit_code if quitter.exit_code is not None else code
+
+
+def close_app(app: Any, win: Any, own_app: bool, wait_for_jobs: Any) -> None:
+    """The end of the process's Qt life, in order: session stopped and joined (idempotent),
+    thread-pool jobs finished, the window deleted, then the application."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    win.shutdown()
+    wait_for_jobs(30_000)  # a model status check hashes 500 MB files; downloads were cancelled
+    win.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    if own_app:
+        app.shutdown()
 
 
 def _handler(args: argparse.Namespace) -> int:

@@ -1,17 +1,27 @@
-"""The main window: the composition root that wires the live runner to the widgets.
+"""The main window: a thin view over one :class:`livefuse.session.Session`.
 
-Nothing heavy runs on the GUI thread: the photo is analysed on the thread pool, the camera is
-opened on the runner's capture thread, the engine runs on its inference thread, metrics are read
-on the thread pool. The window only hands over frozen settings and draws what comes back.
+The window holds one frozen :class:`AppConfig` (capture, engine, cache, output). Every edit makes
+a new one, which goes to the session (``Session.apply``, debounced: a dragged spin box gives one
+apply) and to ``settings.toml``. ``gui.toml`` only keeps window comfort: the source photo, the
+chosen face and the window geometry.
+
+Threads: the widgets live on the GUI thread and only hand values over. Every session call (start,
+stop, apply, a new source face) runs on one serial control thread (:class:`SerialWorker`), in
+order, so the GUI never waits for a thread join, a camera switch or a face detection. The camera
+opens on the session's capture thread and the engine is built on its inference thread; preview
+frames and status lines come back through :class:`RunnerBridge`; metrics are read, the photo
+analysed and the settings written on the thread pool.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 import threading
+import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,11 +31,14 @@ from livefuse_ui.bridge import RunnerBridge
 from livefuse_ui.models_dialog import ModelsDialog
 from livefuse_ui.preview import OverlayInfo, PreviewWidget
 from livefuse_ui.settings_panel import SettingsPanel
-from livefuse_ui.source_picker import SourcePicker, shared_analyser
-from livefuse_ui.worker import run_async
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from livefuse_ui.source_picker import SharedAnalyser, SourcePicker
+from livefuse_ui.widgets import FpsSpinBox, WheelGuard, guard_wheel
+from livefuse_ui.worker import SerialWorker, run_async
+from PySide6.QtCore import QByteArray, QEvent, QObject, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QApplication,
     QCheckBox,
     QComboBox,
     QFileDialog,
@@ -33,55 +46,57 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QMainWindow,
+    QPlainTextEdit,
     QPushButton,
     QScrollArea,
-    QSpinBox,
     QStackedWidget,
+    QTextEdit,
     QVBoxLayout,
     QWidget,
 )
 
-from livefuse.config import AppConfig, default_config_path, load_config, save_config
-from livefuse.errors import LivefuseError
-from livefuse.imaging import LoadedImage, atomic_write_bytes
-from livefuse.io.sinks import PreviewSink, Sink, VirtualCameraSink
-from livefuse.io.sources import (
-    CameraSource,
-    Source,
-    TestPatternSource,
-    VideoFileSource,
-    v4l2_devices,
+from livefuse.config import (
+    CAPTURE_CHOICES,
+    RESOLUTION_CHOICES,
+    AppConfig,
+    CaptureConfig,
+    default_config_path,
+    load_config,
+    save_config,
 )
-from livefuse.live import LiveRunner, default_engine_factory
+from livefuse.errors import LivefuseError
+from livefuse.imaging import atomic_write_bytes
+from livefuse.io.sources import Source, v4l2_devices
+from livefuse.live import EngineFactory, EngineLike, default_engine_factory
 from livefuse.metrics import MetricsSnapshot
+from livefuse.session import Session, build_source
 
-INPUT_KINDS = ("camera", "video", "test pattern")
-RESOLUTIONS = ((640, 480), (1280, 720), (1920, 1080))
+log = logging.getLogger("livefuse_ui")
+
 METRICS_MS = 500  # overlay refresh period
+APPLY_DELAY_MS = 300  # settings edits are handed to the session once they pause this long
+SAVE_DELAY_MS = 300
+QUIT_JOIN_S = 10.0  # at quit: the session stop (threads, sinks, a recording's last write)
+START_SHORTCUTS = ("Space", "Ctrl+R")
 
 
 @dataclass(frozen=True)
 class GuiState:
-    """What the window remembers besides the engine settings (``gui.toml`` beside them).
+    """Window comfort, kept in ``gui.toml`` beside ``settings.toml`` (the session's settings
+    live in the :class:`AppConfig`).
 
     Attributes:
-        source_path: the source face photo; face_index: its chosen face (left to right).
-        input_kind: one of :data:`INPUT_KINDS`; video_path: the video input.
-        camera: camera index or device path; width, height (px), fps: requested camera format.
-        mirror: mirror the preview; virtual_camera: send frames to the virtual camera.
+        source_path: the source face photo.
+        face_box: the chosen face's box in that photo (x1, y1, x2, y2); matched by position
+            at the next start, so it survives a change of the detector or of the choice rule.
+        geometry: the window geometry (``QWidget.saveGeometry``, hex).
     """
 
     source_path: str = ""
-    face_index: int = -1
-    input_kind: str = "camera"
-    video_path: str = ""
-    camera: str = "0"
-    width: int = 1280
-    height: int = 720
-    fps: int = 30
-    mirror: bool = True
-    virtual_camera: bool = False
+    face_box: tuple[float, ...] = ()
+    geometry: str = ""
 
 
 def gui_state_path(config_path: Path) -> Path:
@@ -92,9 +107,11 @@ def load_gui_state(path: Path) -> GuiState:
     """Read ``gui.toml``; a missing or unreadable file gives the defaults (it is only comfort)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-        known = {f.name for f in dataclasses.fields(GuiState)}
-        return GuiState(**{k: v for k, v in data.items() if k in known})
-    except (OSError, tomllib.TOMLDecodeError, TypeError):
+        box = tuple(float(v) for v in data.get("face_box", ()))
+        return GuiState(source_path=str(data.get("source_path", "")),
+                        face_box=box if len(box) == 4 else (),
+                        geometry=str(data.get("geometry", "")))
+    except (OSError, tomllib.TOMLDecodeError, TypeError, ValueError):
         return GuiState()
 
 
@@ -102,15 +119,25 @@ def save_gui_state(state: GuiState, path: Path) -> None:
     atomic_write_bytes(path, tomli_w.dumps(dataclasses.asdict(state)).encode("utf-8"))
 
 
-def engine_factory(config: AppConfig) -> Any:
-    """The runner's engine factory (called on its inference thread at start and on an engine
-    settings change): the classic engine reuses the app's one analyser (see
-    :func:`livefuse_ui.source_picker.shared_analyser`)."""
-    if config.engine.engine == "classic":
-        from livefuse.engine import Engine
+def write_settings(cfg: AppConfig, state: GuiState, path: Path) -> None:
+    """``settings.toml`` and ``gui.toml`` (a worker thread; the GUI thread only at quit)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, path)
+    save_gui_state(state, gui_state_path(path))
 
-        return Engine(config.engine, analyser=shared_analyser(), cache=config.cache)
-    return default_engine_factory(config)
+
+def app_engine_factory(analyser: SharedAnalyser) -> EngineFactory:
+    """The session's engine factory (called on the inference thread at start and when a setting
+    needs the models loaded again): the classic engine reuses the app's one dlib analyser."""
+
+    def build(config: AppConfig) -> EngineLike:
+        if config.engine.engine == "classic":
+            from livefuse.engine import Engine
+
+            return Engine(config.engine, analyser=analyser.get(), cache=config.cache)
+        return default_engine_factory(config)
+
+    return build
 
 
 def list_cameras() -> list[tuple[str, str]]:
@@ -121,65 +148,118 @@ def list_cameras() -> list[tuple[str, str]]:
     return [(str(i), f"camera {i}") for i in range(4)]
 
 
-RunnerFactory = Callable[..., LiveRunner]
-SourceFactory = Callable[[GuiState], Source]
+def _size_key(w: int, h: int) -> str:
+    return f"{w}x{h}"
 
 
-def default_source_factory(state: GuiState) -> Source:
-    if state.input_kind == "video":
-        return VideoFileSource(state.video_path, loop=True)
-    if state.input_kind == "test pattern":
-        return TestPatternSource(state.width, state.height, float(state.fps))
-    device: int | str = int(state.camera) if state.camera.isdigit() else state.camera
-    return CameraSource(device, state.width, state.height, float(state.fps))
+def is_text_field(widget: QWidget | None) -> bool:
+    """Whether Space types a character into ``widget`` (so it must not start/stop)."""
+    if isinstance(widget, QLineEdit):
+        parent = widget.parentWidget()
+        if isinstance(parent, QAbstractSpinBox):
+            return False  # a number: Space means nothing there
+        return not widget.isReadOnly()
+    if isinstance(widget, (QTextEdit, QPlainTextEdit)):
+        return not widget.isReadOnly()
+    if isinstance(widget, QComboBox):
+        return widget.isEditable()
+    return False
+
+
+class _SpaceToStart(QObject):
+    """Application-wide event filter: Space starts/stops wherever the focus is in the window,
+    except in a text field. Without it a focused button, check box or list takes Space for
+    itself, so Space worked only after clicking the preview."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self._window = window
+
+    def _ours(self, watched: QObject) -> bool:
+        win = self._window
+        if not isinstance(watched, QWidget) or watched.window() is not win:
+            return False
+        return not is_text_field(QApplication.focusWidget() or watched)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        kind = event.type()
+        if kind not in (QEvent.Type.ShortcutOverride, QEvent.Type.KeyPress):
+            return False
+        assert isinstance(event, QKeyEvent)
+        mods = event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier
+        if event.key() != Qt.Key.Key_Space or mods != Qt.KeyboardModifier.NoModifier \
+                or not self._ours(watched):
+            return False
+        if kind == QEvent.Type.ShortcutOverride:
+            # Claimed here so the menu action's own Space shortcut does not fire as well; the
+            # key press that follows is handled below.
+            event.accept()
+            return True
+        if not event.isAutoRepeat():
+            self._window.toggle_running()
+        return True  # never also click the focused button or tick the focused box
 
 
 class MainWindow(QMainWindow):
-    """livefuse's window.
+    """livefuse's window (GUI thread).
 
     Args:
         config_path: the settings file (``default_config_path()`` by default); ``gui.toml``
             beside it holds the window's own state.
-        source_factory: builds the frame source from the window state (tests inject fakes).
+        source_factory: ``CaptureConfig -> Source`` (tests inject fakes); called on the
+            control thread.
+        engine_factory: ``AppConfig -> engine``, called on the inference thread (default: the
+            project's Engine, the classic one sharing the app's dlib analyser).
+        analyser: the dlib analyser to share (built on first use by default).
         models_directory: for the models dialog.
+        vcam_backend: pyvirtualcam backend name (``None``: the OS's own).
     """
 
-    def __init__(self, config_path: Path | None = None,
-                 source_factory: SourceFactory = default_source_factory,
-                 models_directory: Path | None = None) -> None:
+    def __init__(self, config_path: Path | None = None, *,
+                 source_factory: Callable[[CaptureConfig], Source] = build_source,
+                 engine_factory: EngineFactory | None = None, analyser: Any = None,
+                 models_directory: Path | None = None, vcam_backend: str | None = None) -> None:
         super().__init__()
         self.setWindowTitle("livefuse")
         self.config_path = config_path or default_config_path()
-        self.source_factory = source_factory
         self.models_directory = models_directory
-        self.runner: LiveRunner | None = None
-        self._sinks: list[Sink] = []
-        self._vcam: VirtualCameraSink | None = None
-        self._source_face: LoadedImage | None = None
-        self._source_index: int | None = None
-        self._metrics_busy = False
+        self.analyser = SharedAnalyser(analyser)
         self.last_metrics: MetricsSnapshot | None = None
         self.metrics_updates = 0
+        self.frames_since_start = 0
         self.statuses: list[str] = []
-        self._stopping: list[threading.Thread] = []
+        self._running = False
+        self._metrics_busy = False
+        self._capture_open = False
+        self._opened = ""  # the source's own description once it opened
+        self._closed = False
 
+        # Read once, before the window exists: a small TOML file, the settings everything
+        # below is built from.
         self.config, load_error = self._load_config()
         self.state = load_gui_state(gui_state_path(self.config_path))
 
         self.bridge = RunnerBridge(self)
         self.bridge.frame_ready.connect(self._show_frame)
         self.bridge.status.connect(self._on_status)
+        self.session = Session(self.config, on_status=self.bridge.on_status,
+                               on_frame=self.bridge.on_frame,
+                               engine_factory=engine_factory or app_engine_factory(self.analyser),
+                               source_factory=source_factory, vcam_backend=vcam_backend)
+        self._control = SerialWorker("livefuse-ui-session", self)
 
         self.preview = PreviewWidget()
-        self.picker = SourcePicker()
+        self.picker = SourcePicker(analyser=self.analyser)
         self.picker.source_changed.connect(self._source_chosen)
+        self.picker.source_failed.connect(self._on_status)
         self.settings = SettingsPanel(self.config)
-        self.settings.config_changed.connect(self._config_edited)
-        self.settings.virtual_camera_toggled.connect(self._vcam_toggled)
+        self.settings.edited.connect(self._settings_edited)
         self.mirror = QCheckBox("Mirror preview")
+        self.mirror.setToolTip("Flip the preview only (never the virtual camera or a "
+                               "recording). Default: on for a camera, off for a video file")
         self.mirror.toggled.connect(self._mirror_toggled)
         self.start_button = QPushButton("Start")
-        self.start_button.setToolTip("Start or stop (Space / Ctrl+R)")
+        self.start_button.setToolTip("Start or stop (Space, or Ctrl+R)")
         self.start_button.clicked.connect(self.toggle_running)
         self.start_button.setMinimumHeight(36)
 
@@ -192,13 +272,15 @@ class MainWindow(QMainWindow):
         sl.addWidget(self.input_box)
         sl.addWidget(self.settings)
         sl.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidget(side)
-        scroll.setWidgetResizable(True)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(side.sizeHint().width() + 24)
+        self.side_scroll = QScrollArea()
+        self.side_scroll.setWidget(side)
+        self.side_scroll.setWidgetResizable(True)
+        self.side_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.side_scroll.setMinimumWidth(side.sizeHint().width() + 24)
+        self._wheel_guard = WheelGuard(self)
+        guard_wheel(side, self._wheel_guard)
         column = QVBoxLayout()  # Start and the mirror switch stay visible however small the window
-        column.addWidget(scroll, 1)
+        column.addWidget(self.side_scroll, 1)
         column.addWidget(self.mirror)
         column.addWidget(self.start_button)
         central = QWidget()
@@ -208,21 +290,33 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self._build_actions()
         self.resize(1280, 760)
+        if self.state.geometry:
+            self.restoreGeometry(QByteArray.fromHex(self.state.geometry.encode("ascii")))
 
-        self._metrics_timer = QTimer(self)
-        self._metrics_timer.setInterval(METRICS_MS)
-        self._metrics_timer.timeout.connect(self._poll_metrics)
-        self._save_timer = QTimer(self)
-        self._save_timer.setSingleShot(True)
-        self._save_timer.setInterval(300)
-        self._save_timer.timeout.connect(self._save_async)
+        self._metrics_timer = self._timer(METRICS_MS, self._poll_metrics, single=False)
+        self._apply_timer = self._timer(APPLY_DELAY_MS, self._apply_now)
+        self._save_timer = self._timer(SAVE_DELAY_MS, self._save_async)
 
-        self._restore_state()
+        self._show_capture(self.config.capture)
+        self._sync_mirror()
+        app = QApplication.instance()
+        self._space = _SpaceToStart(self)
+        if app is not None:
+            app.installEventFilter(self._space)
+        if self.state.source_path:
+            self.picker.load(Path(self.state.source_path), prefer_box=self.state.face_box)
         if load_error:
             self._on_status(load_error)
         run_async(list_cameras, self._cameras_listed)
 
     # -- construction --------------------------------------------------------------------------
+    def _timer(self, ms: int, slot: Callable[[], None], single: bool = True) -> QTimer:
+        t = QTimer(self)
+        t.setInterval(ms)
+        t.setSingleShot(single)
+        t.timeout.connect(slot)
+        return t
+
     def _load_config(self) -> tuple[AppConfig, str]:
         if not self.config_path.is_file():
             return AppConfig(), ""
@@ -234,15 +328,17 @@ class MainWindow(QMainWindow):
     def _build_input_box(self) -> None:
         self.input_box = QGroupBox("Input")
         self.input_kind = QComboBox()
-        self.input_kind.addItems(list(INPUT_KINDS))
+        self.input_kind.addItems(list(CAPTURE_CHOICES))
         self.camera = QComboBox()
         self.camera.setEditable(True)  # a device path or index the scan did not find
         self.resolution = QComboBox()
-        for w, h in RESOLUTIONS:
-            self.resolution.addItem(f"{w}×{h}", (w, h))
-        self.fps = QSpinBox()
-        self.fps.setRange(1, 120)
-        self.fps.setSuffix(" fps")
+        for w, h in RESOLUTION_CHOICES:
+            self.resolution.addItem(f"{w}×{h}", _size_key(w, h))
+        self.resolution.setToolTip("The size asked of the camera; also the virtual camera's "
+                                   "size (other inputs are letterboxed into it)")
+        self.fps = FpsSpinBox()
+        self.fps.setRange(1.0, 240.0)
+        self.fps.setToolTip("The rate asked of the camera; also the virtual camera's rate")
         self.video_path = QLabel("no video chosen")
         self.video_path.setWordWrap(True)
         video_button = QPushButton("Choose video…")
@@ -251,30 +347,37 @@ class MainWindow(QMainWindow):
         cf = QFormLayout(cam_page)
         cf.setContentsMargins(0, 0, 0, 0)
         cf.addRow("Camera", self.camera)
-        cf.addRow("Resolution", self.resolution)
-        cf.addRow("Frame rate", self.fps)
         vf = QVBoxLayout(vid_page)
         vf.setContentsMargins(0, 0, 0, 0)
         vf.addWidget(self.video_path)
         vf.addWidget(video_button)
         self.input_pages = QStackedWidget()
-        self.input_pages.addWidget(cam_page)
-        self.input_pages.addWidget(vid_page)
-        self.input_pages.addWidget(QLabel("Colour bars with a moving square"))
+        pages = {"camera": cam_page, "video": vid_page,
+                 "test pattern": QLabel("Colour bars with a moving square")}
+        for kind in CAPTURE_CHOICES:
+            self.input_pages.addWidget(pages.get(kind) or QLabel(kind))
+        common = QFormLayout()
+        common.addRow("Size", self.resolution)
+        common.addRow("Frame rate", self.fps)
+        self.input_status = QLabel("")
+        self.input_status.setWordWrap(True)
         self.input_kind.currentIndexChanged.connect(self.input_pages.setCurrentIndex)
-        self.input_kind.currentIndexChanged.connect(self._state_edited)
-        for sig in (self.camera.currentTextChanged, self.resolution.currentIndexChanged,
-                    self.fps.valueChanged):
-            sig.connect(self._state_edited)
+        for sig in (self.input_kind.currentIndexChanged, self.camera.currentTextChanged,
+                    self.resolution.currentIndexChanged, self.fps.valueChanged):
+            sig.connect(self._capture_edited)
         lay = QVBoxLayout(self.input_box)
         lay.addWidget(self.input_kind)
         lay.addWidget(self.input_pages)
+        lay.addLayout(common)
+        lay.addWidget(self.input_status)
 
     def _build_actions(self) -> None:
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
         self.start_action = QAction("Start / Stop", self)
-        self.start_action.setShortcuts([QKeySequence("Ctrl+R"), QKeySequence(Qt.Key.Key_Space)])
+        # Space is handled for the whole window by _SpaceToStart (a focused widget would take
+        # it otherwise); listing it first makes the menu show it, as the README says.
+        self.start_action.setShortcuts([QKeySequence(s) for s in START_SHORTCUTS])
         self.start_action.triggered.connect(self.toggle_running)
         src = QAction("Choose source photo…", self)
         src.setShortcut(QKeySequence.StandardKey.Open)
@@ -294,58 +397,115 @@ class MainWindow(QMainWindow):
         manage.triggered.connect(self.open_models)
         models.addAction(manage)
 
-    def _restore_state(self) -> None:
-        s = self.state
-        self.input_kind.setCurrentText(s.input_kind if s.input_kind in INPUT_KINDS else "camera")
-        self.input_pages.setCurrentIndex(self.input_kind.currentIndex())
-        self.camera.setEditText(s.camera)
-        idx = self.resolution.findData((s.width, s.height))
-        self.resolution.setCurrentIndex(max(idx, 0))
-        self.fps.setValue(s.fps)
-        if s.video_path:
-            self.video_path.setText(s.video_path)
-        self.mirror.setChecked(s.mirror)
-        self.preview.set_mirror(s.mirror)
-        self.settings.vcam.blockSignals(True)
-        self.settings.vcam.setChecked(s.virtual_camera)
-        self.settings.vcam.blockSignals(False)
-        if s.source_path:
-            self.picker.load(Path(s.source_path), prefer_index=s.face_index)
+    def _show_capture(self, c: CaptureConfig) -> None:
+        """Show ``c`` in the input box without emitting edits."""
+        widgets = (self.input_kind, self.camera, self.resolution, self.fps)
+        for w in widgets:
+            w.blockSignals(True)
+        try:
+            self.input_kind.setCurrentText(c.kind)
+            self.input_pages.setCurrentIndex(self.input_kind.currentIndex())
+            self._select_camera(c.camera)
+            key = _size_key(c.width, c.height)
+            idx = self.resolution.findData(key)
+            if idx < 0:  # a size set in settings.toml or by the CLI: offered, not replaced
+                self.resolution.addItem(f"{c.width}×{c.height}", key)
+                idx = self.resolution.count() - 1
+            self.resolution.setCurrentIndex(idx)
+            self.fps.setValue(c.fps)
+            self.video_path.setText(c.video or "no video chosen")
+        finally:
+            for w in widgets:
+                w.blockSignals(False)
 
-    # -- state ---------------------------------------------------------------------------------
-    def current_state(self) -> GuiState:
-        w, h = self.resolution.currentData() or (1280, 720)
-        src = self.picker.analysis
-        return GuiState(
-            source_path=str(src.path) if src else self.state.source_path,
-            face_index=self.picker.face_index if src else self.state.face_index,
-            input_kind=self.input_kind.currentText(),
-            video_path=self.state.video_path, camera=self.camera.currentText().strip() or "0",
-            width=int(w), height=int(h), fps=self.fps.value(), mirror=self.mirror.isChecked(),
-            virtual_camera=self.settings.vcam.isChecked())
+    def _select_camera(self, device: str) -> None:
+        idx = self.camera.findData(device)
+        if idx >= 0:
+            self.camera.setCurrentIndex(idx)
+        else:
+            self.camera.setEditText(device)
 
-    def _state_edited(self, *_: object) -> None:
-        self.state = self.current_state()
+    def _camera_value(self) -> str:
+        text = self.camera.currentText().strip()
+        idx = self.camera.findText(text)
+        data = self.camera.itemData(idx) if idx >= 0 else None
+        return str(data) if data else (text or "0")
+
+    # -- the config ----------------------------------------------------------------------------
+    def _set_config(self, cfg: AppConfig) -> None:
+        """Take a new config: shown at once, handed to the session once edits pause, saved."""
+        if cfg == self.config:
+            return
+        self.config = cfg
+        self._sync_mirror()
+        self._apply_timer.start()
         self._save_timer.start()
+        self._update_overlay()
+
+    def _apply_now(self) -> None:
+        self._apply_timer.stop()
+        cfg, session = self.config, self.session
+        self._control.submit(lambda: session.apply(cfg),
+                             failed=lambda exc: self._on_status(f"settings not applied: {exc}"))
+
+    def flush_settings(self) -> None:
+        """Hand a pending (debounced) edit to the session now."""
+        if self._apply_timer.isActive():
+            self._apply_now()
+
+    def _settings_edited(self) -> None:
+        try:
+            cfg = self.settings.config(self.config)
+        except LivefuseError as exc:
+            self.settings.set_error(str(exc))
+            return
+        self.settings.set_error("")
+        self._set_config(cfg)
+
+    def _capture_edited(self, *_: object) -> None:
+        w, h = RESOLUTION_CHOICES[0]
+        key = self.resolution.currentData()
+        if isinstance(key, str) and "x" in key:
+            w, h = (int(v) for v in key.split("x"))
+        capture = dataclasses.replace(self.config.capture, kind=self.input_kind.currentText(),
+                                      camera=self._camera_value(), width=w, height=h,
+                                      fps=round(self.fps.value(), 2))
+        self._set_config(dataclasses.replace(self.config, capture=capture))
+
+    def _mirror_toggled(self, on: bool) -> None:
+        output = dataclasses.replace(self.config.output, mirror_preview=bool(on))
+        self.preview.set_mirror(on)
+        self._set_config(dataclasses.replace(self.config, output=output))
+
+    def _sync_mirror(self) -> None:
+        on = self.config.output.mirrored(self.config.capture)
+        self.mirror.blockSignals(True)
+        self.mirror.setChecked(on)
+        self.mirror.blockSignals(False)
+        self.preview.set_mirror(on)
+
+    def current_state(self) -> GuiState:
+        face, analysis = self.picker.face, self.picker.analysis
+        if analysis is None or face is None:
+            src, box = self.state.source_path, self.state.face_box
+        else:
+            src, box = str(analysis.path), tuple(round(float(v), 1) for v in face.bbox)
+        geometry = bytes(self.saveGeometry().toHex().data()).decode("ascii")
+        return GuiState(source_path=src, face_box=box, geometry=geometry)
 
     def _save_async(self) -> None:
-        cfg, state, path = self.config, self.state, self.config_path
-        run_async(lambda: self._write_settings(cfg, state, path), lambda _: None,
+        cfg, state, path = self.config, self.current_state(), self.config_path
+        self.state = state
+        run_async(lambda: write_settings(cfg, state, path), lambda _: None,
                   lambda exc: self._on_status(f"settings not saved: {exc}"))
-
-    @staticmethod
-    def _write_settings(cfg: AppConfig, state: GuiState, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, path)
-        save_gui_state(state, gui_state_path(path))
 
     # -- user actions ---------------------------------------------------------------------------
     def set_video(self, path: Path) -> None:
         """Use a video file as the input (looped)."""
-        self.state = dataclasses.replace(self.current_state(), video_path=str(path))
-        self.video_path.setText(str(path))
-        self.input_kind.setCurrentText("video")
-        self._state_edited()
+        capture = dataclasses.replace(self.config.capture, kind="video", video=str(path),
+                                      loop=True)
+        self._show_capture(capture)
+        self._set_config(dataclasses.replace(self.config, capture=capture))
 
     def _browse_video(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Video input", "",
@@ -355,12 +515,13 @@ class MainWindow(QMainWindow):
             self.set_video(Path(path))
 
     def _cameras_listed(self, cams: list[tuple[str, str]]) -> None:
-        current = self.camera.currentText()
+        if self._closed:
+            return
         self.camera.blockSignals(True)
         self.camera.clear()
         for dev, label in cams:
             self.camera.addItem(label, dev)
-        self.camera.setEditText(current)
+        self._select_camera(self.config.capture.camera)
         self.camera.blockSignals(False)
 
     def open_models(self) -> ModelsDialog:
@@ -369,130 +530,102 @@ class MainWindow(QMainWindow):
         return dlg
 
     def _source_chosen(self, path: Path, index: int) -> None:
-        analysis = self.picker.analysis
-        if analysis is None:
+        analysis, face = self.picker.analysis, self.picker.face
+        if analysis is None or face is None:
             return
-        img = analysis.image
-        self._source_face, self._source_index = analysis.image, index
-        if self.runner is not None:
-            self.runner.apply(source_face=img, face_index=index)
-        self._state_edited()
-
-    def _config_edited(self, cfg: AppConfig) -> None:
-        self.config = cfg
-        if self.runner is not None:
-            self.runner.apply(cfg)
+        image, session = analysis.image, self.session
+        # The face itself, not its index: the engine's own detector may list faces in
+        # another order; it uses its detection at this place.
+        self._control.submit(lambda: session.set_source_face(image, face=face),
+                             failed=lambda exc: self._on_status(f"source face: {exc}"))
         self._save_timer.start()
-        self._update_overlay()
-
-    def _mirror_toggled(self, on: bool) -> None:
-        self.preview.set_mirror(on)
-        self._state_edited()
-
-    def _vcam_toggled(self, on: bool) -> None:
-        self._state_edited()
-        if self.runner is None:
-            self.settings.set_virtual_camera_status("on at Start" if on else "off")
-            return
-        if self._vcam is not None:
-            self._vcam.set_enabled(on)
-        elif on:
-            self._vcam = self._make_vcam()
-            self._sinks.append(self._vcam)
-            self.runner.sinks.append(self._vcam)  # list.append is atomic; read between frames
-        if not on:
-            self.settings.set_virtual_camera_status("off")
-
-    def _make_vcam(self) -> VirtualCameraSink:
-        s = self.current_state()
-        return VirtualCameraSink(s.width, s.height, float(s.fps), on_status=self.bridge.on_status)
 
     # -- running -------------------------------------------------------------------------------
     @property
     def running(self) -> bool:
-        return self.runner is not None
+        """Whether the user started the session (it may still be opening the camera)."""
+        return self._running
+
+    @property
+    def idle(self) -> bool:
+        """No session call queued or running (tests wait for it)."""
+        return self._control.pending == 0 and not self._apply_timer.isActive()
 
     def toggle_running(self) -> None:
-        if self.runner is None:
-            self.start()
-        else:
+        if self._running:
             self.stop()
+        else:
+            self.start()
 
     def start(self) -> bool:
-        """Build the source, sinks and runner from the current settings and start (returns at
-        once: the source opens on the capture thread)."""
-        if self.runner is not None:
+        """Start the session (returns at once: it starts on the control thread, the camera opens
+        on the capture thread, the engine is built on the inference thread).
+
+        Returns:
+            ``False`` (with a status line) when something is missing.
+        """
+        if self._running:
             return True
-        if self._source_face is None:
+        if self._closed:
+            return False
+        if self.picker.face is None:
             self._on_status("choose a source face photo first")
             return False
-        state = self.current_state()
-        if state.input_kind == "video" and not state.video_path:
+        capture = self.config.capture
+        if capture.kind == "video" and not capture.video:
             self._on_status("choose a video file first (Input → video)")
             return False
-        try:
-            source = self.source_factory(state)
-        except LivefuseError as exc:
-            self._on_status(str(exc))
-            return False
-        preview = PreviewSink(self.bridge.on_frame, on_status=self.bridge.on_status)
-        self._sinks = [preview]
-        if state.virtual_camera:
-            self._vcam = self._make_vcam()
-            self._sinks.append(self._vcam)
-        self.runner = LiveRunner(engine_factory, source, list(self._sinks), config=self.config,
-                                 source_face=self._source_face, face_index=self._source_index,
-                                 on_status=self.bridge.on_status)
-        self.runner.start()
+        self.flush_settings()
+        self._running = True
+        self._capture_open, self._opened = False, ""
+        self.frames_since_start = 0
         self.start_button.setText("Stop")
-        self.input_box.setEnabled(False)
         self._metrics_timer.start()
-        self._on_status(f"starting: {state.input_kind}")
+        self._set_input_status(f"{self._input_name()}: opening…")
+        self._on_status(f"starting: {self._input_name()}")
+        self._control.submit(self.session.start, failed=self._start_failed)
         return True
 
-    def stop(self, wait: bool = False) -> None:
-        """Stop the runner and close the sinks; on a helper thread unless ``wait``."""
-        runner, sinks = self.runner, self._sinks
-        if runner is None:
+    def _start_failed(self, exc: BaseException) -> None:
+        self._running = False
+        self.start_button.setText("Start")
+        self._metrics_timer.stop()
+        self._set_input_status("")
+        self._on_status(f"cannot start: {exc}")
+
+    def stop(self) -> None:
+        """Stop the session on the control thread (threads joined, sinks closed there)."""
+        if not self._running:
             return
-        self.runner, self._sinks, self._vcam = None, [], None
+        self._running = False
         self._metrics_timer.stop()
         self.start_button.setText("Start")
-        self.input_box.setEnabled(True)
-
-        def shutdown() -> None:
-            runner.stop(1.0)
-            for sink in sinks:
-                sink.close()
-
-        if wait:
-            shutdown()
-        else:
-            # runner.stop may wait up to 1 s for the threads; not on the GUI thread.
-            t = threading.Thread(target=shutdown, name="livefuse-ui-stop", daemon=True)
-            self._stopping.append(t)
-            t.start()
-        self._on_status("stopped")
-
-    def join_stopping(self, timeout: float = 2.0) -> None:
-        for t in self._stopping:
-            t.join(timeout)
-        self._stopping = [t for t in self._stopping if t.is_alive()]
+        self._set_input_status("")
+        session = self.session
+        self._control.submit(lambda: session.stop(2.0),
+                             done=lambda ok: self._on_status("stopped" if ok else
+                                                             "stopped (a device is still busy)"),
+                             failed=lambda exc: self._on_status(f"stop failed: {exc}"))
 
     # -- feedback ------------------------------------------------------------------------------
     def _show_frame(self) -> None:
         item = self.bridge.take_frame()
-        if item is not None:
-            self.preview.set_image(item[0])
+        if item is None:
+            return
+        self.preview.set_image(item[0])
+        self.frames_since_start += 1
+        if self.frames_since_start == 1:
+            log.info("preview: first frame (%dx%d)", item[0].width(), item[0].height())
 
     def _poll_metrics(self) -> None:
-        runner = self.runner
-        if runner is None or self._metrics_busy:
+        if not self._running or self._metrics_busy:
             return
         self._metrics_busy = True
 
         def done(snap: MetricsSnapshot) -> None:
             self._metrics_busy = False
+            if self._closed:
+                return
             self.last_metrics = snap
             self.metrics_updates += 1
             self._update_overlay()
@@ -500,25 +633,65 @@ class MainWindow(QMainWindow):
         def failed(exc: BaseException) -> None:
             self._metrics_busy = False
 
-        run_async(runner.metrics.snapshot, done, failed)
+        run_async(self.session.metrics.snapshot, done, failed)
 
     def precision_in_use(self) -> str:
-        """What the overlay shows as precision: the engine's own report when it has one."""
-        engine = self.runner.engine if self.runner is not None else None
-        used = getattr(engine, "precision_in_use", None) if engine is not None else None
-        if isinstance(used, str):
-            return used
-        if self.config.engine.engine == "classic":
-            return "n/a (classic engine)"
-        return f"{self.config.engine.precision} (requested)"
+        """What the overlay shows as precision: the engine's own report when it exists."""
+        return self.session.precision_in_use
 
     def _update_overlay(self) -> None:
         self.preview.set_metrics(self.last_metrics, OverlayInfo(precision=self.precision_in_use()))
 
+    def _input_name(self) -> str:
+        c = self.config.capture
+        if c.kind == "camera":
+            return f"camera {c.camera}"
+        if c.kind == "video":
+            return f"video {Path(c.video).name}" if c.video else "video"
+        return c.kind
+
+    def _set_input_status(self, text: str, ok: bool = True) -> None:
+        self.input_status.setText(text)
+        self.input_status.setStyleSheet("" if ok else "color: #c0392b")
+
+    def _show_capture_status(self, text: str) -> str | None:
+        """Show a capture status line in the input box; returns what the status bar says about
+        it (``None``: the line as is)."""
+        if not self._running:
+            return None
+        name = self._input_name()
+        retrying = f"{name}: cannot open, retrying…"
+        if text.startswith("opened: "):
+            self._capture_open = True
+            self._opened = text.removeprefix("opened: ")
+            self._set_input_status(self._opened)
+        elif text == "camera back":
+            self._capture_open = True
+            self._set_input_status(self._opened or f"{name}: back")
+        elif text.startswith(("camera lost: ", "source failed: ")) and not self._capture_open:
+            self._set_input_status(retrying, ok=False)
+            return f"{retrying} ({text})"
+        elif text.startswith("camera lost: "):
+            self._capture_open = False
+            lost = f"{name}: lost ({text.removeprefix('camera lost: ')}), retrying…"
+            self._set_input_status(lost, ok=False)
+            return lost
+        elif text.startswith("source failed: "):
+            self._set_input_status(f"{name}: {text}", ok=False)
+        elif text.startswith("source gave up: "):
+            self._set_input_status(f"{name}: {text.removeprefix('source ')}", ok=False)
+        elif text == "source ended":
+            self._set_input_status(f"{name}: ended")
+        return None
+
     def _on_status(self, text: str) -> None:
+        if self._closed:
+            return
+        log.info("status: %s", text)
         self.statuses.append(text)
         del self.statuses[:-200]
-        self.statusBar().showMessage(text, 8000)
+        shown = self._show_capture_status(text)
+        self.statusBar().showMessage(shown or text, 8000)
         if text.startswith("virtual camera"):
             ok = text.startswith(("virtual camera on", "virtual camera off"))
             hint = "" if ok else (
@@ -528,16 +701,57 @@ class MainWindow(QMainWindow):
             self.settings.set_virtual_camera_status(text.removeprefix("virtual camera ") + hint,
                                                     ok)
 
-    def closeEvent(self, event: QCloseEvent) -> None:
-        self._save_timer.stop()
-        self.stop(wait=True)
-        self.join_stopping()
+    # -- quitting ------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop the session, join its threads and save the settings (GUI thread, once; the
+        window is closing, so waiting here is what we want). Afterwards no thread of this
+        window reports to Qt any more."""
+        if self._closed:
+            return
+        self._closed = True
+        state = self.current_state()
+        for t in (self._metrics_timer, self._apply_timer, self._save_timer):
+            t.stop()
+        app = QApplication.instance()
+        if app is not None:
+            app.removeEventFilter(self._space)
+        for dlg in self.findChildren(ModelsDialog):
+            dlg.cancel()  # a download on the thread pool ends after its block (kept as .part)
+        self._running = False
+        cfg, session = self.config, self.session
+        # After whatever is queued (the last edit included), in order.
+        self._control.submit(lambda: session.apply(cfg))
+        self._control.submit(lambda: session.stop(2.0))
+        joined = self._control.close(QUIT_JOIN_S)
+        if not joined:
+            print("livefuse: the session did not stop in time", file=sys.stderr)
+        self.bridge.close()
+        joined = _join_session_threads(3.0) and joined
         try:
-            # Closing: the window is going away, a short synchronous write is what we want here.
-            self._write_settings(self.config, self.current_state(), self.config_path)
+            write_settings(cfg, state, self.config_path)
         except OSError as exc:
             print(f"livefuse: settings not saved: {exc}", file=sys.stderr)
+            return
+        log.info("quit: session stopped, threads %s, settings saved",
+                 "joined" if joined else "NOT all joined")
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.shutdown()
         super().closeEvent(event)
 
 
-__all__ = ["GuiState", "MainWindow", "list_cameras"]
+def _join_session_threads(timeout: float, names: Sequence[str] = ("livefuse",)) -> bool:
+    """Wait for the session's helper threads (e.g. a removed virtual camera still closing);
+    ``True`` when none is left."""
+    deadline = time.monotonic() + timeout
+    me = threading.current_thread()
+    left = False
+    for t in threading.enumerate():
+        if t is not me and t.name.startswith(tuple(names)):
+            t.join(max(0.0, deadline - time.monotonic()))
+            left = left or t.is_alive()
+    return not left
+
+
+__all__ = ["GuiState", "MainWindow", "app_engine_factory", "is_text_field", "list_cameras",
+           "load_gui_state", "write_settings"]

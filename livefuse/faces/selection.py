@@ -52,27 +52,6 @@ def detect_robust(analyser: Analyser, image: Frame) -> list[Face]:
     return out
 
 
-def pick_source_face(faces: list[Face], path: Path | None, index: int | None = None) -> Face:
-    """The source face of a photo, by the older rule: the largest box, ``index`` over every
-    detection.
-
-    Superseded by :func:`choose_source_face` (confidence, a sanity check, notes for the user);
-    kept until ``Engine.set_source`` and the app's source picker call that instead. With several
-    faces and no ``index``, the largest bbox wins; ties go to the left-most (faces arrive sorted
-    left to right). ``index`` counts left to right from 0.
-
-    Raises:
-        NoFaceError: no face at all. FaceIndexError: ``index`` out of range.
-    """
-    if not faces:
-        raise NoFaceError(path, "source")
-    if index is not None:
-        if not 0 <= index < len(faces):
-            raise FaceIndexError(index, len(faces), path)
-        return faces[index]
-    return max(faces, key=lambda f: (f.area, -float(f.bbox[0])))
-
-
 # --- the source face: plausibility, confidence, notes -------------------------------------------
 #
 # The bounds below are in units of the eye distance ``d`` (between the two eye keypoints) and are

@@ -64,7 +64,7 @@ def _livefuse_threads() -> list[str]:
 
 
 class _RecordingCam:
-    """A pyvirtualcam backend keeping every frame it is sent (RGB)."""
+    """A pyvirtualcam backend keeping every frame it is sent (as sent: BGR)."""
 
     frames: ClassVar[list[np.ndarray]] = []
     size: ClassVar[tuple[int, int]] = (0, 0)
@@ -804,8 +804,8 @@ def test_the_overlay_is_on_the_preview_never_in_the_frames_the_sinks_get(
         c = img.pixelColor(x, y)
         return c.red(), c.green(), c.blue()
 
-    inside = px(shot, frame_rect.right() - 10, frame_rect.bottom() - 10)
-    assert all(abs(a - b) <= 2 for a, b in zip(inside, rgb, strict=True)), inside
+    inside = px(shot, frame_rect.right() - 10, frame_rect.bottom() - 10)  # Qt reads RGB
+    assert all(abs(a - b) <= 2 for a, b in zip(inside, colour[::-1], strict=True)), inside
     box = [(x, y) for x in range(12, 120, 3) for y in range(12, 60, 3)]
     assert sum(px(shot, x, y) != px(bare, x, y) for x, y in box) > len(box) // 4
 

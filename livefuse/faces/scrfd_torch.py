@@ -104,13 +104,19 @@ class Detection:
         bbox: ``(4,) float32`` tensor on the device, frame px.
         kps: ``(5, 2) float32`` tensor on the device, frame px.
         score: the detector score.
+        host: the same values already read back (score, bbox, kps: ``(15,) float32``), so
+            :meth:`to_face` needs no further copy; ``None`` when not read back.
     """
 
     bbox: torch.Tensor
     kps: torch.Tensor
     score: float
+    host: npt.NDArray[np.float32] | None = None
 
     def to_face(self) -> Face:
+        if self.host is not None:
+            return Face(bbox=self.host[1:5].copy(), kps=self.host[5:15].reshape(5, 2).copy(),
+                        score=self.score)
         return Face(bbox=self.bbox.cpu().numpy().copy(), kps=self.kps.cpu().numpy().copy(),
                     score=self.score)
 
@@ -617,7 +623,7 @@ class TorchScrfd:
                 out.append(None)
             else:
                 out.append(Detection(bbox=packed[i, 1:5], kps=packed[i, 5:15].reshape(5, 2),
-                                     score=float(host[i, 0])))
+                                     score=float(host[i, 0]), host=host[i, :15].copy()))
         return out
 
     def _regions_core(self, inp: torch.Tensor, squares: torch.Tensor) -> tuple[torch.Tensor]:

@@ -283,6 +283,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=128, help="inswapper replica width")
     ap.add_argument("--live-seconds", type=float, default=5.0)
     ap.add_argument("--no-live", action="store_true")
+    ap.add_argument("--live-only", action="store_true")
     args = ap.parse_args()
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -292,8 +293,9 @@ def main() -> None:
                             build_arcface_replica(d / "w600k_r50.onnx"),
                             build_synthetic_inswapper(d / "inswapper_128.onnx", width=args.width))
         print(f"(replicas built in {time.perf_counter() - t:.0f} s)")
-        run_rows(paths, args.device, sizes, args.n, args.warmup,  # type: ignore[arg-type]
-                 [int(f) for f in args.faces.split(",")], args.precisions.split(","))
+        if not args.live_only:
+            run_rows(paths, args.device, sizes, args.n, args.warmup,  # type: ignore[arg-type]
+                     [int(f) for f in args.faces.split(",")], args.precisions.split(","))
         if not args.no_live and args.device.startswith("cuda"):
             live(paths, args.device, sizes[0], args.live_seconds)  # type: ignore[arg-type]
 

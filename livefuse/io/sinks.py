@@ -88,7 +88,7 @@ class VirtualCameraSink(Sink):
     """Frames to a virtual camera through pyvirtualcam, on the sink's own thread.
 
     The output thread sends each new frame as soon as it arrives, and re-sends the last one when
-    none came for a camera frame period (sends are at least half a period apart).
+    none came for 1.5 camera frame periods.
     Frames go out as BGR (``PixelFormat.BGR``, which every built-in pyvirtualcam backend takes:
     v4l2loopback, OBS on Windows and macOS, Unity Capture); a backend that refuses BGR is opened
     in RGB and each new frame is converted once with OpenCV. Each new frame is copied (or
@@ -251,24 +251,20 @@ class VirtualCameraSink(Sink):
         #
         # A new frame is sent as soon as it arrives: pacing it to the camera's frame clock
         # (sleep_until_next_frame) made it wait up to a whole period (measured on an H200 at
-        # 60 fps: p95 latency 15 ms paced, 9 ms sent at once). The clock only spaces re-sends
-        # (when no new frame came for a period) and keeps bursts under twice the frame rate.
+        # 60 fps: p95 latency 15 ms paced, 9 ms sent at once). The last frame is re-sent only
+        # when no new one came for 1.5 periods, so a re-send never delays a frame that is merely
+        # a little late.
         last: Frame | None = None
         period = 1.0 / self.fps
-        last_send = 0.0
         while not self._stop.is_set() and self._enabled.is_set():
             try:
-                item = self._slot.get(timeout=period)
+                item = self._slot.get(timeout=1.5 * period)
             except SlotClosed:
                 return
-            gap = time.perf_counter() - last_send
-            if gap < period / 2:
-                self._stop.wait(period / 2 - gap)
             if item is not None:
                 frame, t_cap = item
                 last = self._convert(frame, last)
                 cam.send(last)
-                last_send = time.perf_counter()
                 t_sent = time.perf_counter_ns()
                 self.frames_sent += 1
                 self.frames_new += 1
@@ -281,7 +277,6 @@ class VirtualCameraSink(Sink):
                         self.on_status(f"virtual camera: on_sent failed: {exc}")
             elif last is not None:
                 cam.send(last)  # keep the consumer's picture alive
-                last_send = time.perf_counter()
                 self.frames_sent += 1
 
     def close(self, timeout: float = 1.0) -> None:

@@ -126,11 +126,13 @@ def run_live(args: argparse.Namespace) -> int:
             old[sig] = signal.getsignal(sig)
             signal.signal(sig, lambda *_: stop.set())
     t_end = None if args.duration is None else time.monotonic() + args.duration
+    failed: str | None = None
     try:
         session.start()
         while not stop.wait(1.0):
             print(metrics.snapshot().line(), flush=True)
-            if session.source_ended or session.capture_failed or \
+            failed = session.capture_failed
+            if session.source_ended or failed or \
                     (t_end is not None and time.monotonic() >= t_end):
                 break
     finally:
@@ -142,9 +144,8 @@ def run_live(args: argparse.Namespace) -> int:
     processed = metrics.snapshot(memory=False).frames_processed
     print(f"frames processed: {processed}", flush=True)
     where = f"video '{args.video}'" if args.video is not None else f"camera {args.camera}"
-    if session.capture_failed:
-        print(f"livefuse: error: {where} could not be opened: {session.capture_failed} "
-              "(`livefuse doctor` lists cameras)", file=sys.stderr)
+    if failed:
+        print(f"livefuse: error: {failed} (`livefuse doctor` lists cameras)", file=sys.stderr)
         return 1
     if processed == 0:
         print(f"livefuse: error: no frame was processed: {where} delivered none "

@@ -329,3 +329,45 @@ def test_live_cli_missing_video_is_a_clear_error(tmp_path: Path,
                  "--duration", "1"])
     assert code == 2
     assert "nope.mp4': file not found" in capsys.readouterr().err
+
+
+def test_live_cli_gives_up_on_a_camera_that_cannot_be_opened(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No working camera: a bounded number of opens, then one line and a non-zero exit (it
+    used to retry forever, printing zero metrics)."""
+    from livefuse.cli import main
+    from livefuse.imaging import save_image
+    from livefuse.samples import astronaut
+
+    src = save_image(tmp_path / "src.png", astronaut())
+    t0 = time.monotonic()
+    code = main(["live", "-s", str(src), "--camera", str(tmp_path / "no-such-camera"),
+                 "--open-attempts", "2", "--duration", "60"])
+    assert code == 1
+    assert time.monotonic() - t0 < 30  # gave up, did not wait for --duration
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("livefuse: error: camera ") and "cannot be opened" in last
+    assert "gave up after 2 attempts" in last
+
+
+class _SlowCam(RecordingBackend):
+    """A virtual camera whose send takes 40 ms (a busy consumer)."""
+
+    def send(self, frame: np.ndarray) -> None:
+        time.sleep(0.04)
+
+
+pyvirtualcam.register_backend("slow", _SlowCam)
+
+
+def test_latency_ends_at_the_virtual_cameras_send() -> None:
+    """With a virtual camera the latency runs to its real send, not to the hand-off."""
+    cam = VirtualCameraSink(64, 48, 30, backend="slow")
+    runner = LiveRunner(_Passthrough(), TestPatternSource(64, 48, 20), [cam])
+    runner.start()
+    assert _wait(lambda: runner.metrics.snapshot(memory=False).frames_out >= 5, 30)
+    assert runner.stop(2.0)
+    cam.close()
+    snap = runner.metrics.snapshot(memory=False)
+    assert snap.latency_p50_ms is not None and snap.latency_p50_ms >= 35

@@ -264,3 +264,20 @@ def test_outputs_get_normal_file_permissions(tmp_path: Path, astronaut_path: Pat
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
+
+
+def test_an_engine_reused_for_still_images_carries_no_faces_between_them(
+        tmp_path: Path, t1_path: Path, astronaut_path: Path, analyser) -> None:  # type: ignore[no-untyped-def]
+    """One Engine over a folder of photos: each still is detected on its own (a folder of
+    six-face photos reported 11-16 faces swapped per photo when tracks were carried over)."""
+    from livefuse.config import EngineConfig
+    from livefuse.engine import Engine
+    from livefuse.run import run_image
+
+    engine = Engine(EngineConfig(detect_every=3), analyser=analyser)
+    engine.set_source(load_image(astronaut_path))
+    counts = []
+    for i, target in enumerate([t1_path, astronaut_path, t1_path, t1_path]):
+        summary = run_image(engine, target, tmp_path / f"out{i}.png")
+        counts.append((summary.faces_found, summary.faces_swapped))
+    assert counts == [(6, 6), (1, 1), (6, 6), (6, 6)]

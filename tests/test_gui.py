@@ -321,6 +321,40 @@ def test_precision_and_backend_are_disabled_for_the_classic_engine(window: MainW
     assert s.precision.toolTip() != NEURAL_ONLY_TIP
 
 
+def test_face_panel_edits_reach_the_config_and_are_off_for_the_classic_engine(
+        window: MainWindow) -> None:
+    s = window.settings
+    assert not s.face_box.isEnabled()  # classic: masks, boost and enhancer do not apply
+    s.engine.setCurrentText("neural")
+    assert s.face_box.isEnabled()
+    s.rotation.setCurrentText("always")
+    s.smooth.setChecked(False)
+    s.pixel_boost.setCurrentText("384")
+    s.masks["box"].setChecked(True)
+    s.masks["region"].setChecked(True)
+    s.masks["occlusion"].setChecked(False)
+    for i in range(s.regions.count()):
+        item = s.regions.item(i)
+        item.setCheckState(Qt.CheckState.Checked if item.text() in ("skin", "nose")
+                           else Qt.CheckState.Unchecked)
+    s.mask_blur.setValue(0.45)
+    s.enhancer.setCurrentText("gfpgan_1.4")
+    s.enhancer_blend.setValue(70)
+    cfg = s.config(AppConfig())
+    e = cfg.engine
+    assert (e.rotation, e.smooth, e.pixel_boost) == ("always", False, 384)
+    assert e.face_mask_types == ("box", "region")
+    assert e.face_mask_regions == ("skin", "nose")
+    assert (e.face_mask_blur, e.enhancer, e.enhancer_blend) == (0.45, "gfpgan_1.4", 70.0)
+    # shown back without loss (the settings file path), and nothing edited while showing it
+    s.set_config(AppConfig())
+    assert s.config(AppConfig()).engine.enhancer is None
+    assert not s.enhancer_blend.isEnabled()  # blend means nothing without an enhancer
+    s.set_config(cfg)
+    assert s.config(AppConfig()) == cfg
+    assert s.enhancer_blend.isEnabled() and s.regions.isEnabled()
+
+
 # -- item 7.2: the picker's choice rule, and the face itself handed on --------------------------
 def test_source_picker_no_face_and_several_faces(qtbot: Any, tmp_path: Path, t1_path: Path,
                                                  analyser: Any) -> None:

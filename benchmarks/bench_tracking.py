@@ -25,6 +25,7 @@ import numpy as np
 from livefuse.config import EngineConfig
 from livefuse.engine import Engine
 from livefuse.faces.dlib_analyser import DlibFaceAnalyser
+from livefuse.faces.smoothing import lag_frames
 from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.synthetic import motion_clip
 from livefuse.samples import astronaut, insightface_image
@@ -49,21 +50,6 @@ def _track(eng: Engine, frames: list[Frame]) -> tuple[np.ndarray, np.ndarray, li
         boxes.append(p.faces[0].bbox)
         detected.append(p.detected)
     return np.array(kps), np.array(boxes), detected
-
-
-def _lag(raw: np.ndarray, smooth: np.ndarray) -> float:
-    n = len(raw)
-    t = np.arange(n, dtype=np.float64)
-
-    def err(shift: float) -> float:
-        ts = t[5:] - shift
-        lo = np.clip(np.floor(ts).astype(int), 0, n - 2)
-        frac = (ts - lo)[:, None, None]
-        delayed = raw[lo] * (1 - frac) + raw[lo + 1] * frac
-        return float(np.linalg.norm(smooth[5:] - delayed, axis=2).mean())
-
-    shifts = np.linspace(0, 3, 121)
-    return float(shifts[int(np.argmin([err(s) for s in shifts]))])
 
 
 def main() -> None:
@@ -92,8 +78,9 @@ def main() -> None:
                             face_width=170.0))
     raw, _, _ = _track(_engine(analyser, smooth=False), clip)
     smooth_kps, _, _ = _track(_engine(analyser, smooth=True), clip)
-    print(f"\nmoving face, 720p, {len(clip)} frames: One-Euro lag {_lag(raw, smooth_kps):.2f} "
-          "frames (best-aligning time shift)")
+    lag = lag_frames(raw, smooth_kps)
+    print(f"\nmoving face, 720p, {len(clip)} frames: One-Euro lag {lag:.2f} frames "
+          "(best-aligning time shift)")
 
     print("\n| detect every | frames tracked | mean kps error px | max px |\n|---:|---:|---:|---:|")
     for k in (2, 3, 5):

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from loopback_http import Served, serve
 
 from livefuse.errors import LivefuseError
 from livefuse.models import download as dl
@@ -21,75 +20,14 @@ from livefuse.models.catalog import ModelSpec
 DATA = np.random.default_rng(7).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
 
 
-@dataclass
-class ServerState:
-    data: bytes = DATA
-    cut_first: int = 0  # how many responses are cut after half the body
-    ignore_range: bool = False
-    stall_s: float = 0.0  # sleep before the status line
-    wrong_range_once: bool = False  # answer the first Range request from byte 0 with a 206
-    ranges: list[str | None] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-
-
-def _handler(state: ServerState) -> type[http.server.BaseHTTPRequestHandler]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            state.ranges.append(self.headers.get("Range"))
-            if state.stall_s:
-                state.release.wait(state.stall_s)
-            if self.path != "/model.onnx":
-                self.send_error(404, "Not Found")
-                return
-            body = state.data
-            start = 0
-            rng = self.headers.get("Range")
-            if rng and not state.ignore_range:
-                start = int(rng.removeprefix("bytes=").split("-")[0])
-                if state.wrong_range_once:
-                    state.wrong_range_once = False
-                    start = 0
-                self.send_response(206)
-                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-            else:
-                self.send_response(200)
-            payload = body[start:]
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            if state.cut_first > 0:
-                state.cut_first -= 1
-                self.wfile.write(payload[: len(payload) // 2])
-                self.wfile.flush()
-                self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
-                return
-            self.wfile.write(payload)
-
-    return Handler
-
-
-class _QuietServer(http.server.ThreadingHTTPServer):
-    def handle_error(self, request: object, client_address: object) -> None:
-        """Clients hanging up mid-body is what the timeout and resume tests do: no traceback."""
+MODEL = "/model.onnx"
 
 
 @pytest.fixture
-def server() -> Iterator[tuple[str, ServerState]]:
-    state = ServerState()
-    httpd = _QuietServer(("127.0.0.1", 0), _handler(state))
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", state
-    finally:
-        state.release.set()
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+def server() -> Iterator[tuple[str, Served]]:
+    state = Served(files={MODEL: DATA})
+    with serve(state) as base:
+        yield base, state
 
 
 def _spec(base: str, path: str = "/model.onnx", data: bytes = DATA) -> ModelSpec:
@@ -116,7 +54,7 @@ def test_full_download_verifies_renames_and_caches_digest(server, tmp_path: Path
 
 def test_resume_after_cut_sends_range_from_part_size(server, tmp_path: Path) -> None:
     base, state = server
-    state.cut_first = 1
+    state.cut_first[MODEL] = 1
     spec = _spec(base)
     with pytest.raises(dl.ModelDownloadError) as err:
         dl.download(spec, tmp_path, attempts=1, progress=False)
@@ -133,7 +71,7 @@ def test_resume_after_cut_sends_range_from_part_size(server, tmp_path: Path) -> 
 
 def test_resume_within_one_call_when_attempts_allow(server, tmp_path: Path) -> None:
     base, state = server
-    state.cut_first = 2
+    state.cut_first[MODEL] = 2
     out = dl.download(_spec(base), tmp_path, attempts=3, progress=False)
     assert out.read_bytes() == DATA
     assert len(state.ranges) == 3 and state.ranges[0] is None
@@ -306,7 +244,7 @@ def test_a_mask_model_row_downloads_like_the_swapper(server, tmp_path: Path) -> 
     from livefuse.models.catalog import get_spec
 
     base, state = server
-    state.cut_first = 1
+    state.cut_first[MODEL] = 1
     row = replace(get_spec("gfpgan_1.4"), urls=(base + "/model.onnx",), size=len(DATA),
                   sha256=hashlib.sha256(DATA).hexdigest())
     out = dl.download(row, tmp_path, attempts=2, progress=False)

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +21,6 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-import pyvirtualcam
 import requests
 from livefuse_ui.main_window import APPLY_DELAY_MS, MainWindow, is_text_field
 from livefuse_ui.models_dialog import ModelsDialog, ProgressSession
@@ -32,6 +31,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt, QThreadPool, QTimer
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QWidget
+from recording_cam import recording_backend
 
 from livefuse.cache import PoseCache
 from livefuse.config import (
@@ -64,32 +64,7 @@ def _livefuse_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("livefuse") and t.is_alive()]
 
 
-class _RecordingCam:
-    """A pyvirtualcam backend keeping every frame it is sent (as sent: BGR)."""
-
-    frames: ClassVar[list[np.ndarray]] = []
-    size: ClassVar[tuple[int, int]] = (0, 0)
-
-    def __init__(self, *, width: int, height: int, fps: float, fourcc: int,
-                 device: str | None, **kw: Any) -> None:
-        _RecordingCam.size = (width, height)
-        self._fourcc = fourcc
-
-    def close(self) -> None:
-        pass
-
-    def send(self, frame: np.ndarray) -> None:
-        w, h = _RecordingCam.size
-        _RecordingCam.frames.append(frame.reshape(h, w, 3).copy())
-
-    def device(self) -> str:
-        return "gui-recording"
-
-    def native_fourcc(self) -> int | None:
-        return self._fourcc
-
-
-pyvirtualcam.register_backend("gui-recording", _RecordingCam)
+_RecordingCam = recording_backend("gui-recording")
 
 
 class _PassEngine:

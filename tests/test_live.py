@@ -6,12 +6,13 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import cv2
 import numpy as np
 import pytest
 import pyvirtualcam
+from recording_cam import recording_backend
 from skimage import data
 
 from livefuse.cache import PoseCache
@@ -25,30 +26,7 @@ from livefuse.live import REBUILD_DELAY_S, LiveRunner
 from livefuse.samples import insightface_image
 from livefuse.types import Frame, FramePacket, StagedFrame
 
-
-class RecordingBackend:
-    """A pyvirtualcam backend that keeps every frame it is sent."""
-
-    frames: ClassVar[list[np.ndarray]] = []
-    size: ClassVar[tuple[int, int]] = (0, 0)
-
-    def __init__(self, *, width: int, height: int, fps: float, fourcc: int,
-                 device: str | None, **kw: Any) -> None:
-        RecordingBackend.size = (width, height)
-        self._fourcc = fourcc
-
-    def close(self) -> None:
-        pass
-
-    def send(self, frame: np.ndarray) -> None:
-        w, h = RecordingBackend.size
-        RecordingBackend.frames.append(frame.reshape(h, w, 3).copy())
-
-    def device(self) -> str:
-        return "recording"
-
-    def native_fourcc(self) -> int | None:
-        return self._fourcc
+RecordingBackend = recording_backend("recording")
 
 
 class MissingBackend(RecordingBackend):
@@ -56,7 +34,6 @@ class MissingBackend(RecordingBackend):
         raise RuntimeError("no v4l2loopback device found")
 
 
-pyvirtualcam.register_backend("recording", RecordingBackend)
 pyvirtualcam.register_backend("missing", MissingBackend)
 
 

@@ -7,18 +7,16 @@ to describe those fake files (their digests are computed from the test's own byt
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import re
-import socket
-import threading
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from loopback_http import Served, serve
 
 from livefuse.models import catalog
 from livefuse.models import cli as models_cli
@@ -41,69 +39,12 @@ def make_zip(members: dict[str, bytes]) -> bytes:
 ZIP = make_zip({"det_10g.onnx": DET, "w600k_r50.onnx": REC, "genderage.onnx": b"other" * 99})
 
 
-@dataclass
-class Served:
-    files: dict[str, bytes] = field(default_factory=dict)
-    status: dict[str, int] = field(default_factory=dict)  # path -> forced HTTP status
-    cut_first: dict[str, int] = field(default_factory=dict)  # path -> responses cut halfway
-    requests: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Range)
-
-
-def _handler(state: Served) -> type[http.server.BaseHTTPRequestHandler]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            rng = self.headers.get("Range")
-            state.requests.append((self.path, rng))
-            if self.path in state.status:
-                self.send_error(state.status[self.path])
-                return
-            if self.path not in state.files:
-                self.send_error(404, "Not Found")
-                return
-            body, start = state.files[self.path], 0
-            if rng:
-                start = int(rng.removeprefix("bytes=").split("-")[0])
-                self.send_response(206)
-                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-            else:
-                self.send_response(200)
-            payload = body[start:]
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            if state.cut_first.get(self.path, 0) > 0:
-                state.cut_first[self.path] -= 1
-                self.wfile.write(payload[: len(payload) // 2])
-                self.wfile.flush()
-                self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
-                return
-            self.wfile.write(payload)
-
-    return Handler
-
-
-class _QuietServer(http.server.ThreadingHTTPServer):
-    def handle_error(self, request: object, client_address: object) -> None:
-        """A client hanging up mid-body is part of the resume test: no traceback."""
-
-
 @pytest.fixture
 def server() -> Iterator[tuple[str, Served]]:
     state = Served(files={"/pack/buffalo_l.zip": ZIP, "/mirror/det_10g.onnx": DET,
                           "/mirror/w600k_r50.onnx": REC})
-    httpd = _QuietServer(("127.0.0.1", 0), _handler(state))
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serve(state) as base:
+        yield base, state
 
 
 def _sha(data: bytes) -> str:

@@ -12,6 +12,7 @@ from livefuse.config import EngineConfig
 from livefuse.engine import Engine
 from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 from livefuse.faces.rotation import detect_rotated, unrotate_points
+from livefuse.faces.smoothing import lag_frames
 from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.synthetic import motion_clip
 from livefuse.samples import astronaut, insightface_image
@@ -169,16 +170,18 @@ def test_steady_landmarks_lag_at_most_one_frame(analyser: DlibFaceAnalyser, sour
                      33_333_333)
     smooth = _kps_track(_engine(analyser, source, face_selector="one", smooth=True), clip,
                         33_333_333)
-    n = len(clip)
-    t = np.arange(n, dtype=np.float64)
-
-    def err(shift: float) -> float:
-        ts = t[5:] - shift
-        lo = np.clip(np.floor(ts).astype(int), 0, n - 2)
-        frac = (ts - lo)[:, None, None]
-        delayed = raw[lo] * (1 - frac) + raw[lo + 1] * frac
-        return float(np.linalg.norm(smooth[5:] - delayed, axis=2).mean())
-
-    shifts = np.linspace(0, 3, 61)
-    best = float(shifts[int(np.argmin([err(s) for s in shifts]))])
+    best = lag_frames(raw, smooth)
     assert best <= 1.0, best
+
+
+def test_lag_measure_finds_a_known_delay() -> None:
+    """The instrument of the lag test: a trajectory delayed by 2 frames (and by 0.5, on a
+    linear motion) is measured as such, and an undelayed copy as 0."""
+    t = np.arange(30, dtype=np.float64)
+    path = np.stack([np.stack([10 * np.sin(t / 4) + k, 5 * np.cos(t / 5) - k], 1)
+                     for k in range(5)], 1)  # (30, 5, 2)
+    delayed = np.concatenate([path[:1].repeat(2, 0), path[:-2]])
+    assert lag_frames(path, path) == 0.0
+    assert abs(lag_frames(path, delayed) - 2.0) < 0.03
+    linear = np.stack([np.stack([3 * t, t], 1)] * 3, 1)
+    assert abs(lag_frames(linear, linear - np.array([1.5, 0.5])) - 0.5) < 0.03

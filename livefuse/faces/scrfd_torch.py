@@ -448,19 +448,22 @@ class TorchScrfd:
         Raises:
             ValueError: ``frame_t`` is not an ``(H, W, 3) uint8`` tensor on the device.
         """
-        self._check_frame(frame_t)
-        det_scale = self._letterbox(frame_t)
-        self._scale.fill_(det_scale)
-        if self.cuda_graph:
-            out = self._replay("detect", self._detect_core, (self._input, self._scale))
-        else:
-            out = self._detect_core(self._input, self._scale)
+        out = self._run(frame_t)
         bboxes, scores, kps, stats, all_s, all_b, all_k = out
         n, converged, n_valid = (int(v) for v in stats.tolist())
         if not converged or n_valid > bboxes.shape[0]:
             bboxes, scores, kps, n = self._finish_exact(all_s, all_b, all_k, n_valid)
         return Detections(bboxes[:n].clone(), scores[:n].clone(),
                           kps[:n].reshape(-1, 5, 2).clone())
+
+    def _run(self, frame_t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Letterbox ``frame_t`` into the static input and run the detector core (a graph
+        replay when ``cuda_graph``); the core's outputs, on the device, no host sync."""
+        self._check_frame(frame_t)
+        self._scale.fill_(self._letterbox(frame_t))
+        if self.cuda_graph:
+            return self._replay("detect", self._detect_core, (self._input, self._scale))
+        return self._detect_core(self._input, self._scale)
 
     @torch.inference_mode()
     def detect_faces(self, frame_t: torch.Tensor, limit: int = 64) -> list[Face]:
@@ -472,13 +475,7 @@ class TorchScrfd:
         Raises:
             ValueError: ``frame_t`` is not an ``(H, W, 3) uint8`` tensor on the device.
         """
-        self._check_frame(frame_t)
-        det_scale = self._letterbox(frame_t)
-        self._scale.fill_(det_scale)
-        if self.cuda_graph:
-            out = self._replay("detect", self._detect_core, (self._input, self._scale))
-        else:
-            out = self._detect_core(self._input, self._scale)
+        out = self._run(frame_t)
         bboxes, scores, kps, stats = out[:4]
         k = min(limit, int(bboxes.shape[0]))
         packed = torch.cat((stats.to(torch.float32), bboxes[:k].reshape(-1), scores[:k],

@@ -110,4 +110,31 @@ class FaceSmoother:
         return out
 
 
-__all__ = ["BETA", "MIN_CUTOFF_HZ", "FaceSmoother", "OneEuro"]
+def lag_frames(raw: FloatArray, filtered: FloatArray, max_shift: float = 3.0,
+               skip: int = 5) -> float:
+    """How many frames ``filtered`` trails ``raw``: the delay that best aligns the two.
+
+    Args:
+        raw, filtered: (N, P, 2) float point trajectories, one row per frame (N >= 3).
+        max_shift: the largest delay tried, in frames (steps of 1/40 frame).
+        skip: first frames left out (the filter's start).
+
+    Returns:
+        The delay in frames (0..max_shift) minimising the mean point distance between
+        ``filtered`` and ``raw`` delayed by linear interpolation between frames.
+    """
+    n = len(raw)
+    t = np.arange(n, dtype=np.float64)[skip:]
+
+    def err(shift: float) -> float:
+        ts = t - shift
+        lo = np.clip(np.floor(ts).astype(int), 0, n - 2)
+        frac = (ts - lo)[:, None, None]
+        delayed = raw[lo] * (1 - frac) + raw[lo + 1] * frac
+        return float(np.linalg.norm(filtered[skip:] - delayed, axis=2).mean())
+
+    shifts = np.linspace(0.0, max_shift, round(max_shift * 40) + 1)
+    return float(shifts[int(np.argmin([err(float(s)) for s in shifts]))])
+
+
+__all__ = ["BETA", "MIN_CUTOFF_HZ", "FaceSmoother", "OneEuro", "lag_frames"]

@@ -19,7 +19,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="face of the source photo to use, left to right from 0 among the "
                         "plausible faces (default: the most confident one)")
     p.add_argument("--reference", type=Path, default=None,
-                   help="photo of the target person, for --face-selector reference")
+                   help="photo of the target person: swap only the face nearest to it (implies "
+                        "--face-selector reference)")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -29,11 +30,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     check_output_path(args.output, {"target": args.target, "source": args.source,
                                     "reference": args.reference})
-    if args.face_selector == "reference" and args.reference is None:
+    config = engine_config(args)
+    if config.face_selector == "reference" and args.reference is None:
         raise LivefuseError("--face-selector reference needs --reference PHOTO")
-    if args.reference is not None and args.face_selector != "reference":
+    if args.reference is not None and config.face_selector != "reference":
         raise LivefuseError("--reference is used only with --face-selector reference")
-    engine = Engine(engine_config(args))
+    engine = Engine(config)
     engine.set_source(load_image(args.source), face_index=args.source_face_index)
     for note in engine.source_notes:
         print(f"source: {note}", file=sys.stderr)

@@ -20,6 +20,7 @@ from livefuse.config import (
     FaceSelector,
     Rotation,
 )
+from livefuse.errors import ConfigError
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -56,13 +57,16 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
     p.add_argument("--models-dir", default=None,
                    help="neural: model folder (default: $LIVEFUSE_MODELS_DIR or the user data "
                         "dir)")
-    p.add_argument("--face-selector", choices=FACE_SELECTOR_CHOICES,
-                   default=face_selector or d.face_selector,
+    selector = face_selector or d.face_selector
+    # None = not given: --target-face-index then implies `one` (engine_config)
+    p.set_defaults(default_face_selector=selector)
+    p.add_argument("--face-selector", choices=FACE_SELECTOR_CHOICES, default=None,
                    help="one: the largest target face (or --target-face-index); many: every "
-                        "face; reference: the face nearest to --reference (default: %(default)s)")
+                        "face; reference: the face nearest to --reference; "
+                        f"--target-face-index implies one (default: {selector})")
     p.add_argument("--target-face-index", type=int, default=None,
-                   help="with --face-selector one: the face to swap, counted left to right from "
-                        "0 (default: the largest)")
+                   help="the one target face to swap, counted left to right from 0 (implies "
+                        "--face-selector one) (default: the largest)")
     p.add_argument("--detect-every", type=int, default=detect_every or d.detect_every,
                    metavar="K", help="run detection every K frames and track in between "
                                      "(default: %(default)s)")
@@ -104,25 +108,68 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
                    help="do not steady landmarks between frames (One-Euro filter; default: on)")
 
 
+# options that only one engine reads: given for the other one, they would be ignored silently
+_NEURAL_ONLY = ("precision", "backend", "device", "pixel_boost", "face_mask_types",
+                "face_mask_regions", "face_mask_blur", "face_mask_padding")
+_CLASSIC_ONLY = ("blend",)
+
+
+def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
+    """The options among ``names`` whose value differs from the parser's default (None for the
+    mask lists), spelled as on the command line."""
+    d = EngineConfig()
+    unset: dict[str, object] = {"face_mask_types": None, "face_mask_regions": None,
+                                "face_mask_padding": None}
+    return ["--" + n.replace("_", "-") for n in names
+            if getattr(args, n) != unset.get(n, getattr(d, n))]
+
+
+def _face_selector(args: argparse.Namespace) -> FaceSelector:
+    """``--face-selector``; when it is not given, ``one`` with ``--target-face-index``,
+    ``reference`` with ``--reference`` (`run` only), else the command's default."""
+    if args.face_selector is None:
+        if args.target_face_index is not None:
+            return "one"
+        if getattr(args, "reference", None) is not None:
+            return "reference"
+        return args.default_face_selector
+    if args.target_face_index is not None and args.face_selector != "one":
+        raise ConfigError(f"--target-face-index picks one face: it cannot be used with "
+                          f"--face-selector {args.face_selector}")
+    return args.face_selector
+
+
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The validated EngineConfig for parsed :func:`add_engine_args` options; ``--engine auto``
     is resolved here and the choice printed to stderr with its reason.
 
     Raises:
-        ConfigError: an option is out of range.
+        ConfigError: an option is out of range, or given for an engine that does not read it
+            (``--face-mask-types`` with the classic engine, ``--blend`` with the neural one), or
+            ``--target-face-index`` with a selector other than ``one``.
     """
     engine = args.engine
+    models_missing = False
     if engine == "auto":
         from livefuse.swap.neural_engine import neural_models_present
 
         engine = "neural" if neural_models_present(args.models_dir) else "classic"
+        models_missing = engine == "classic"
         why = "its models are present" if engine == "neural" else \
             "no neural models installed; see `livefuse models list`"
         print(f"engine: {engine} ({why})", file=sys.stderr)
+    wrong = _given(args, _NEURAL_ONLY if engine == "classic" else _CLASSIC_ONLY)
+    if wrong:
+        other = "neural" if engine == "classic" else "classic"
+        hint = (" (the neural models are not installed: `livefuse models fetch inswapper_128 "
+                "det_10g w600k_r50`)" if models_missing else f" (--engine {other})")
+        raise ConfigError(f"{' '.join(wrong)}: only the {other} engine uses "
+                          f"{'this option' if len(wrong) == 1 else 'these options'}, and this "
+                          f"run uses the {engine} engine{hint}")
     d = EngineConfig()
     return EngineConfig(engine=engine, precision=args.precision, backend=args.backend,
                         device=args.device, models_dir=args.models_dir,
-                        face_selector=args.face_selector,
+                        face_selector=_face_selector(args),
                         target_face_index=args.target_face_index,
                         detect_every=args.detect_every, blend=args.blend,
                         keep_mouth=args.keep_mouth, rotation=args.rotation,

@@ -73,6 +73,20 @@ class NoFaceError(LivefuseError):
         )
 
 
+class FaceTooSmallError(LivefuseError):
+    """The source face is too small to swap from (fewer than :data:`MIN_FACE_PX` px wide)."""
+
+    def __init__(self, path: str | Path | None, width: float) -> None:
+        self.path = None if path is None else Path(path)
+        self.width = width
+        where = f" in '{path}'" if path is not None else ""
+        super().__init__(
+            f"the source face{where} is {width:.0f} px wide: too small to swap from (every "
+            f"swapped face would be a blur); use a photo where the face is at least "
+            f"~{MIN_FACE_PX} px wide"
+        )
+
+
 class FaceIndexError(LivefuseError):
     """A requested face index does not exist in an image."""
 

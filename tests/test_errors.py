@@ -33,6 +33,7 @@ SAMPLES: dict[str, Any] = {
     "attempts": 3,
     "node": "Conv_12",
     "op": "Conv",
+    "width": 26.4,
 }
 # Classes whose discovery proves the walk reaches every package (one per module family).
 EXPECTED = {
@@ -40,7 +41,7 @@ EXPECTED = {
     "UnknownModelError", "ModelDownloadError", "ModelMissingError", "ModelVerifyError",
     "ProviderError", "InswapperGraphError", "NothingSwappedError", "NeuralSwapError",
     "VramError", "FaceModelError", "CameraError", "SourceFailedError", "UnknownPackError",
-    "OnnxOpError", "GraphError",
+    "OnnxOpError", "GraphError", "FaceTooSmallError",
 }
 
 

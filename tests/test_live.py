@@ -213,9 +213,12 @@ def test_slow_sink_never_queues() -> None:
     runner.start()
     assert _wait(lambda: len(got) >= 10, 30)
     assert runner.stop(2.0)
-    # A queue would fall further behind the camera at every frame; one slot keeps each frame
-    # the sink gets within the one in flight of the newest (a loaded machine included).
-    assert all(produced - n <= 3 for n, produced in got), got
+    # A queue falls further behind the camera at every frame: 50 ms per sink call at 100 fps
+    # is ~4 frames more each time, >= 36 frames by the 10th call. One slot keeps the sink near
+    # the newest frame: typically within the one in flight; the bound leaves room for a loaded
+    # machine starving the inference thread for ~100 ms.
+    lags = [produced - n for n, produced in got]
+    assert max(lags) <= 12 and sorted(lags)[len(lags) // 2] <= 3, got
     assert runner.metrics.snapshot().dropped["capture->engine"] > 0
 
 

@@ -59,11 +59,15 @@ def test_target_index_out_of_range(tmp_path: Path, astronaut_path: Path, t1_path
     assert not out.exists()
 
 
-def test_target_index_picks_that_face(tmp_path: Path, astronaut_path: Path,
-                                      t1_path: Path, analyser) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("selector", [("--face-selector", "one"), ()],
+                         ids=["explicit-one", "index-implies-one"])
+def test_target_index_picks_that_face(tmp_path: Path, astronaut_path: Path, t1_path: Path,
+                                      analyser, selector: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    """`run` swaps every face by default; --target-face-index alone used to be ignored then
+    (all six swapped, exit 0): it now means that one face."""
     out = tmp_path / "out.png"
     assert _run("-s", astronaut_path, "-t", t1_path, "-o", out,
-                "--face-selector", "one", "--target-face-index", "2") == 0
+                *selector, "--target-face-index", "2") == 0
     t1, res = load_image(t1_path).bgr, load_image(out).bgr
     faces = analyser.detect(t1)
     changed = []
@@ -281,3 +285,26 @@ def test_an_engine_reused_for_still_images_carries_no_faces_between_them(
         summary = run_image(engine, target, tmp_path / f"out{i}.png")
         counts.append((summary.faces_found, summary.faces_swapped))
     assert counts == [(6, 6), (1, 1), (6, 6), (6, 6)]
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--engine", "classic", "--face-mask-types", "occlusion"),
+     "--face-mask-types: only the neural engine uses this option, and this run uses the "
+     "classic engine (--engine neural)"),
+    (("--face-mask-types", "box", "--pixel-boost", "256"),
+     "--pixel-boost --face-mask-types: only the neural engine uses these options, and this run "
+     "uses the classic engine (the neural models are not installed"),
+    (("--engine", "classic", "--precision", "fp16"), "--precision: only the neural engine"),
+    (("--engine", "neural", "--blend", "seamless"), "--blend: only the classic engine"),
+    (("--face-selector", "many", "--target-face-index", "1"),
+     "--target-face-index picks one face: it cannot be used with --face-selector many"),
+])
+def test_an_option_the_run_would_ignore_is_an_error(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path, args: tuple[str, ...], said: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Options that only the other engine reads were silently ignored with exit 0."""
+    out = tmp_path / "out.jpg"
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out,
+                "--models-dir", tmp_path / "no-models", *args) == 2
+    assert said in " ".join(capsys.readouterr().err.split())
+    assert not out.exists()

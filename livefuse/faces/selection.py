@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 
 from livefuse.config import FaceSelector
-from livefuse.errors import FaceIndexError, NoFaceError
+from livefuse.errors import MIN_FACE_PX, FaceIndexError, FaceTooSmallError, NoFaceError
 from livefuse.types import Face, FloatArray, Frame
 
 
@@ -93,6 +93,10 @@ _LANDMARK_BOX_MARGIN = 0.5
 # above its 0.5 threshold, so the ratio is >= 0.5 and this never drops an SCRFD face.
 _SCORE_RATIO = 0.1
 _SMALL_FACE_PX = 100  # bbox width under which a note warns that the swap will look soft
+# Under this fraction of MIN_FACE_PX the source face is refused: a 22 px astronaut face (found
+# by the upsampling retry) turned all six faces of t1.jpg into smudges; at 0.5 (40 px, where
+# dlib's once-upsampled detector stops) the swap is soft but still a face.
+_TOO_SMALL = 0.5
 # LAB a/b standard deviation (8-bit units) inside the face box under which the photo carries no
 # usable colour (greyscale, or one tint such as sepia); the colour astronaut measures 3.6 / 5.2,
 # the faces of t1.jpg 7.6..12.9, grey photos 0.
@@ -229,6 +233,7 @@ def choose_source_face(faces: list[Face], image: Frame, path: Path | None,
     Raises:
         NoFaceError: no candidate (the message says when detections were rejected and why).
         FaceIndexError: ``index`` is outside ``0..len(candidates) - 1``.
+        FaceTooSmallError: the chosen face is under 40 px wide (half of ``MIN_FACE_PX``).
     """
     candidates, dropped = _screen(faces)
     if not candidates:
@@ -246,6 +251,8 @@ def choose_source_face(faces: list[Face], image: Frame, path: Path | None,
         chosen = max(range(len(candidates)), key=lambda i: (candidates[i].score, -i))
         why = "the most confident"
     face = candidates[chosen]
+    if face.width < MIN_FACE_PX * _TOO_SMALL:
+        raise FaceTooSmallError(path, face.width)
     notes = []
     if len(candidates) > 1:
         notes.append(f"the source photo holds {len(candidates)} faces; using face {chosen} "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -174,6 +175,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("livefuse: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `livefuse models list | head -1`: the reader left. Python's documented recipe: point
+        # stdout at devnull so the flush at exit cannot raise again; exit as a tool killed by
+        # SIGPIPE would (128 + 13), without a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -67,3 +67,19 @@ def test_models_list_has_verbose_without_clobbering_the_global_flag() -> None:
     assert args.verbose == 1 and args.details is False
     args = parser.parse_args(["models", "list", "-v"])
     assert args.verbose == 0 and args.details is True
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
+    """`livefuse models list -v | head -1` ended in a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, "-m", "livefuse", "models", "list", "-v"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.read(1)
+        proc.stdout.close()  # the reader leaves before the table is written
+        err = proc.stderr.read().decode()
+        assert proc.wait(60) in (0, 141), err
+        assert "Traceback" not in err and "BrokenPipe" not in err, err

@@ -103,7 +103,14 @@ def run_live(args: argparse.Namespace) -> int:
         # "[status] camera ..." line says the same once per attempt.
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
 
+    said: list[str] = []
+
     def say(line: str) -> None:
+        # a camera retried N times fails N times alike: once is enough (the give-up line
+        # counts the attempts)
+        if (said and said[-1] == line) or line.startswith("giving up: "):
+            return  # the give-up line is the error printed at the end
+        said.append(line)
         print(f"[status] {line}", file=sys.stderr, flush=True)
 
     metrics = Metrics()
@@ -130,7 +137,9 @@ def run_live(args: argparse.Namespace) -> int:
     try:
         session.start()
         while not stop.wait(1.0):
-            print(metrics.snapshot().line(), flush=True)
+            snap = metrics.snapshot()
+            if snap.frames_in or snap.frames_processed:  # no rows of zeros before a frame
+                print(snap.line(), flush=True)
             failed = session.capture_failed
             if session.source_ended or failed or \
                     (t_end is not None and time.monotonic() >= t_end):

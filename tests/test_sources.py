@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ import pytest
 
 from livefuse.errors import VideoError
 from livefuse.io.sources import (
+    CameraError,
     CameraSource,
     Capture,
     SourceFailedError,
@@ -94,8 +96,9 @@ def test_dead_camera_is_reported_and_stop_works(mode: str) -> None:
     t0 = time.monotonic()
     cap.start()
     # the live runner calls watch() from its inference thread; it alone sees a blocked read
-    wait_for(lambda: any(s.startswith("camera lost") for s in statuses), "'camera lost'",
-             tick=cap.watch)
+    # a camera that never opened was never "lost": its open failures are the report
+    said = "source failed" if mode == "no-open" else "camera lost"
+    wait_for(lambda: any(s.startswith(said) for s in statuses), repr(said), tick=cap.watch)
     if mode != "no-open":  # an open failure is reported at once; silence only after lost_after
         assert time.monotonic() - t0 >= lost_after
     if mode in ("none", "stale"):
@@ -115,6 +118,7 @@ def test_dead_camera_is_reported_and_stop_works(mode: str) -> None:
         assert len(frames) <= len(made)  # per open, the repeated buffer is passed on once only
     if mode == "no-open":
         assert any("camera 0: cannot be opened" in s for s in statuses) and not frames
+        assert not any(s.startswith("camera lost") for s in statuses), statuses
     assert not cap.failed  # retrying forever by default (the GUI)
 
 
@@ -236,3 +240,14 @@ def test_test_pattern_moves() -> None:
     a, b = src.read(), src.read()
     assert info.width == 160 and a is not None and b is not None and a.shape == (120, 160, 3)
     assert not np.array_equal(a, b)
+
+
+def test_a_missing_device_node_is_named() -> None:
+    """With no camera, OpenCV only says it cannot open; on Linux the missing node is the
+    reason, and the line says so (a real VideoCapture on a node that cannot exist)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("device nodes are Linux's")
+    with pytest.raises(CameraError, match=r"camera /dev/video987: /dev/video987 does not exist"):
+        CameraSource("/dev/video987").open()
+    with pytest.raises(CameraError, match=r"camera 987: /dev/video987 does not exist"):
+        CameraSource(987).open()

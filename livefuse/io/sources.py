@@ -11,6 +11,7 @@ at most its timeout; a thread stuck in a driver call is a daemon and exits once 
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -101,6 +102,18 @@ class CameraError(VideoError):
         LivefuseError.__init__(self, f"camera {device}: {problem}")
 
 
+_CANNOT_OPEN = "cannot be opened (missing, busy, or no permission?)"
+
+
+def _why_not_open(device: int | str) -> str:
+    """Why OpenCV could not open ``device``: a missing Linux device node is said as such."""
+    node = Path(f"/dev/video{device}") if isinstance(device, int) or str(device).isdigit() \
+        else Path(str(device))
+    if sys.platform.startswith("linux") and str(node).startswith("/dev/") and not node.exists():
+        return f"{node} does not exist (no camera connected, or the driver is not loaded)"
+    return _CANNOT_OPEN
+
+
 class CameraSource:
     """An OpenCV camera.
 
@@ -130,7 +143,9 @@ class CameraSource:
         if cap is None or not cap.isOpened():
             if cap is not None:
                 cap.release()
-            raise CameraError(self.device, "cannot be opened (missing, busy, or no permission?)")
+            # a fake capture (tests) says nothing about this machine's device nodes
+            raise CameraError(self.device, _why_not_open(self.device)
+                              if self._factory is cv2.VideoCapture else _CANNOT_OPEN)
         if self.mjpg:
             cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter.fourcc(*"MJPG"))
         if self.width and self.height:
@@ -361,7 +376,8 @@ class Capture:
 
     def watch(self) -> None:
         """Report "camera lost" when no fresh frame came for ``lost_after_s`` (from any thread)."""
-        if self._stop.is_set() or self.ended or self.failed or self._thread is None:
+        if self._stop.is_set() or self.ended or self.failed or self._thread is None \
+                or self.info is None:  # never opened: the open's own failures are reported
             return
         idle = (time.perf_counter_ns() - self._last_fresh_ns) / 1e9
         if idle >= self.lost_after_s:
@@ -393,7 +409,6 @@ class Capture:
             except Exception as exc:  # a driver can raise anything; report it and retry
                 self._problem = " ".join(str(exc).split()) or type(exc).__name__
                 self.on_status(f"source failed: {exc}")
-                self._report_lost("cannot open")
                 if self._out_of_attempts() or self._sleep(self._backoff(retry)):
                     return False
                 continue

@@ -325,10 +325,15 @@ def test_live_cli_gives_up_on_a_camera_that_cannot_be_opened(
                  "--open-attempts", "2", "--duration", "60"])
     assert code == 1
     assert time.monotonic() - t0 < 30  # gave up, did not wait for --duration
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     last = err.strip().splitlines()[-1]
     assert last.startswith("livefuse: error: camera ") and "cannot be opened" in last
     assert "gave up after 2 attempts" in last
+    # two failed opens say the same thing: one status line, no "camera lost" for a camera that
+    # never opened, and no metrics rows of zeros
+    status = [line for line in err.splitlines() if line.startswith("[status]")]
+    assert len(status) == 1 and "source failed: camera" in status[0], status
+    assert out.strip().splitlines() == ["frames processed: 0"], out
 
 
 class _SlowCam(RecordingBackend):

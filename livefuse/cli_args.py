@@ -161,8 +161,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     wrong = _given(args, _NEURAL_ONLY if engine == "classic" else _CLASSIC_ONLY)
     if wrong:
         other = "neural" if engine == "classic" else "classic"
-        hint = (" (the neural models are not installed: `livefuse models fetch inswapper_128 "
-                "det_10g w600k_r50`)" if models_missing else f" (--engine {other})")
+        hint = (" (the neural models are not installed: `livefuse models fetch det_10g "
+                "w600k_r50 inswapper_128`)" if models_missing else f" (--engine {other})")
         raise ConfigError(f"{' '.join(wrong)}: only the {other} engine uses "
                           f"{'this option' if len(wrong) == 1 else 'these options'}, and this "
                           f"run uses the {engine} engine{hint}")

@@ -308,3 +308,19 @@ def test_an_option_the_run_would_ignore_is_an_error(
                 "--models-dir", tmp_path / "no-models", *args) == 2
     assert said in " ".join(capsys.readouterr().err.split())
     assert not out.exists()
+
+
+def test_neural_engine_without_models_names_every_missing_file(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """It named det_10g only; the user fetched it and met w600k_r50, then inswapper_128."""
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", tmp_path / "o.jpg",
+                "--engine", "neural", "--models-dir", tmp_path / "none") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "models 'det_10g.onnx', 'w600k_r50.onnx', 'inswapper_128.onnx' are not in" in err
+    assert "`livefuse models fetch det_10g w600k_r50 inswapper_128`" in err
+    # and the command it names is one the parser takes
+    from livefuse.cli import build_parser
+
+    args = build_parser().parse_args(["models", "fetch", "det_10g", "w600k_r50", "inswapper_128"])
+    assert args.name == ["det_10g", "w600k_r50", "inswapper_128"]

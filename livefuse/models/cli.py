@@ -62,10 +62,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    """Download one model (or ``all``) into the models folder; each URL is printed once, when
-    it is first tried."""
+    """Download the named models (or ``all``) into the models folder; each URL is printed
+    once, when it is first tried."""
     directory = _dir(args)
-    specs = list(CATALOG) if args.name == "all" else [get_spec(args.name)]
+    specs = list(CATALOG) if "all" in args.name else \
+        list({n: get_spec(n) for n in args.name}.values())  # every name checked before a byte
     for spec in specs:
         print(f"{spec.name}: {spec.licence}")
         path = dl.download(spec, directory, timeout=args.timeout,
@@ -131,13 +132,14 @@ def add_parser(sub: Any) -> None:
     _add_dir_flag(q, argparse.SUPPRESS)
     q.set_defaults(func=cmd_list)
     q = msub.add_parser(
-        "fetch", help="download a model (resumes, verifies SHA-256)",
+        "fetch", help="download models (resumes, verifies SHA-256)",
         description="Download into the models folder, resuming a partial download, and install "
                     "a file only after its size and SHA-256 match the catalog. det_10g and "
                     "w600k_r50 come from InsightFace's buffalo_l.zip (one download installs "
                     "both); third-party mirrors are tried only when it fails.",
         formatter_class=HelpFormatter)
-    q.add_argument("name", help="catalog name, or 'all'")
+    q.add_argument("name", nargs="+", help="catalog names (see `livefuse models list`), or "
+                                           "'all'")
     q.add_argument("--timeout", type=float, default=30.0, help="network timeout in s")
     _add_dir_flag(q, argparse.SUPPRESS)
     q.set_defaults(func=cmd_fetch)

@@ -57,11 +57,17 @@ class ModelDownloadError(LivefuseError):
 class ModelMissingError(LivefuseError):
     """A model the engine needs is not in the models folder."""
 
-    def __init__(self, spec: ModelSpec, directory: Path) -> None:
-        self.spec = spec
+    def __init__(self, spec: ModelSpec, directory: Path,
+                 also: tuple[ModelSpec, ...] = ()) -> None:
+        """``also``: other models missing for the same job, named in the same message."""
+        self.spec, self.also = spec, also
+        specs = (spec, *also)
+        files = ", ".join(f"'{s.filename}'" for s in specs)
+        verb = "is" if len(specs) == 1 else "are"
         super().__init__(
-            f"model '{spec.filename}' is not in {directory}: run `livefuse models fetch "
-            f"{spec.name}`, or `livefuse models import PATH` if you have the file")
+            f"model{'s' if len(specs) > 1 else ''} {files} {verb} not in {directory}: run "
+            f"`livefuse models fetch {' '.join(s.name for s in specs)}`, or `livefuse models "
+            f"import PATH` for each file you have")
 
 
 class ModelVerifyError(LivefuseError):

@@ -18,7 +18,7 @@ from livefuse.config import EngineConfig
 from livefuse.faces.analyser import Analyser
 from livefuse.faces.insight import InsightAnalyser
 from livefuse.models.catalog import get_spec, models_dir
-from livefuse.models.download import require, status
+from livefuse.models.download import ModelMissingError, require, status
 from livefuse.precision import probe_device, resolve_precision
 from livefuse.swap.masks import FaceMasker, FaceParser, Occluder
 from livefuse.swap.neural import NeuralSwapper
@@ -73,12 +73,15 @@ def catalog_paths(config: EngineConfig) -> NeuralPaths:
             message names the file and the `livefuse models fetch` / `import` commands.
     """
     d = models_dir(config.models_dir)
-    det = require(get_spec("det_10g"), d)
-    rec = require(get_spec("w600k_r50"), d)
     full, half = get_spec("inswapper_128"), get_spec("inswapper_128_fp16")
-    if status(full, d) != "present" and status(half, d) == "present":
-        return NeuralPaths(det, rec, require(half, d))
-    return NeuralPaths(det, rec, require(full, d))
+    swapper = half if status(full, d) != "present" and status(half, d) == "present" else full
+    specs = (get_spec("det_10g"), get_spec("w600k_r50"), swapper)
+    # every missing file in one message: fixing one and meeting the next is three round trips
+    missing = [s for s in specs if status(s, d) == "missing"]
+    if missing:
+        raise ModelMissingError(missing[0], d, tuple(missing[1:]))
+    det, rec, swap = (require(s, d) for s in specs)
+    return NeuralPaths(det, rec, swap)
 
 
 def neural_models_present(directory: str | None = None) -> bool:

@@ -161,7 +161,7 @@ def _local_spec(data: bytes = DATA, sha: bool = True) -> ModelSpec:
 
 @pytest.mark.parametrize(("content", "word"), [
     (b"", "empty"),
-    (DATA[:1234], "truncated"),
+    (DATA[:1234], "too small: a cut-off download"),
     (b"<!DOCTYPE html><html><body>Rate limited</body></html>", "HTML page"),
 ])
 def test_bad_files_fail_before_any_runtime(tmp_path: Path, content: bytes, word: str) -> None:

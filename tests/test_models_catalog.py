@@ -164,6 +164,25 @@ def test_import_of_wrong_file_raises_clear_error(tmp_path: Path) -> None:
         args.func(args)
 
 
+@pytest.mark.parametrize(("what", "said"), [
+    ("missing", r"cannot import '.*missing\.onnx': file not found"),
+    ("folder", r"cannot import '.*folder': it is a folder; give the model file"),
+    ("unknown", r"cannot tell which model 'mine\.onnx' is: .* --name NAME"),
+])
+def test_import_says_what_is_wrong_with_the_path(tmp_path: Path, what: str, said: str) -> None:
+    """A missing file or a folder was reported as "unknown model 'missing.onnx'"."""
+    path = {"missing": tmp_path / "missing.onnx", "folder": tmp_path / "folder",
+            "unknown": tmp_path / "mine.onnx"}[what]
+    if what == "folder":
+        path.mkdir()
+    elif what == "unknown":
+        path.write_bytes(b"x" * 100)
+    args = _parse(["models", "--models-dir", str(tmp_path / "m"), "import", str(path)])
+    with pytest.raises(LivefuseError, match=said):
+        args.func(args)
+    assert not (tmp_path / "m").exists()
+
+
 def test_fetch_without_network_names_file_and_import(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_catalog(monkeypatch, b"x" * 10)

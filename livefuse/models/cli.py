@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from livefuse.cli_args import HelpFormatter
+from livefuse.errors import LivefuseError
 from livefuse.models import catalog
 from livefuse.models import download as dl
 from livefuse.models.catalog import CATALOG, MODELS_DIR_ENV, get_spec, models_dir
@@ -92,8 +93,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     """Verify a user's file and copy it in; the catalog row is found by --name or file name.
     A pack's zip (``buffalo_l.zip``) installs every member the catalog wants from it."""
-    path = Path(args.path)
+    path = Path(args.path).expanduser()
+    # the file first: naming a missing file "an unknown model" sent users to the catalog
+    if not path.exists():
+        raise LivefuseError(f"cannot import '{path}': file not found")
+    if path.is_dir():
+        raise LivefuseError(f"cannot import '{path}': it is a folder; give the model file "
+                            "(e.g. ~/.insightface/models/buffalo_l/det_10g.onnx)")
     key = args.name or path.name
+    known = {p.name for p in catalog.PACKS} | {p.filename for p in catalog.PACKS} | \
+        {s.name for s in CATALOG} | {s.filename for s in CATALOG}
+    if key not in known:
+        raise LivefuseError(f"cannot tell which model '{path.name}' is: its name is not in the "
+                            "catalog; say which with --name NAME (one of "
+                            f"{', '.join(s.name for s in CATALOG)})")
     if key in {p.name for p in catalog.PACKS} | {p.filename for p in catalog.PACKS}:
         for out in dl.import_pack(path, catalog.get_pack(key), _dir(args)):
             print(f"{out.stem}: {dl.status_text(dl.status(get_spec(out.stem), out.parent))} "

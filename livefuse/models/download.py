@@ -121,7 +121,8 @@ def file_problem(path: Path, spec: Artifact, digest: str | None = None) -> str |
     size = path.stat().st_size
     if size != spec.size:
         what = "an HTML page, not a model" if size and _looks_like_html(path) else (
-            "empty" if size == 0 else "truncated" if size < spec.size else "too large")
+            "empty" if size == 0 else "too small: a cut-off download, or another file"
+            if size < spec.size else "too large: another file")
         return f"size {size:,} B, expected {spec.size:,} B ({what})"
     if spec.sha256 is None:
         return None

@@ -71,6 +71,12 @@ def check_python() -> Check:
     return Check("python", "ok", text)
 
 
+MODPROBE = ('sudo modprobe v4l2loopback devices=1 video_nr=10 card_label="livefuse" '
+            'exclusive_caps=1')
+"""The loopback device livefuse's README sets up (video_nr=10 keeps it clear of real cameras;
+exclusive_caps=1 makes Chrome/Zoom list it)."""
+
+
 def check_torch() -> list[Check]:
     """torch build, CUDA device, compute capability and the precision ``auto`` would pick."""
     if importlib.util.find_spec("torch") is None:
@@ -179,8 +185,7 @@ def check_cameras(platform: str = sys.platform,
         vcam = (Check("virtual camera", "ok" if vcam_lib else "warn",
                       f"v4l2loopback: {', '.join(loop)}", lib_note) if loop else
                 Check("virtual camera", "warn", "no v4l2loopback device",
-                      ("sudo modprobe v4l2loopback devices=1 exclusive_caps=1 "
-                       "card_label=\"livefuse\"", *lib_note)))
+                      (MODPROBE, *lib_note)))
         cam = Check("cameras", "ok" if cams else "info",
                     ", ".join(cams) if cams else "none found under /dev/video*")
         return [vcam, cam]

@@ -138,6 +138,25 @@ def test_linux_without_loopback_says_modprobe(tmp_path: Path) -> None:
     vcam, cams = doctor.check_cameras("linux", tmp_path / "absent")
     assert vcam.level == "warn" and "modprobe v4l2loopback" in vcam.detail[0]
     assert cams.level == "info"
+    # the fix doctor prints is the README's, to the letter
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert vcam.detail[0] in readme
+
+
+def test_without_torch_the_swapper_stage_says_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """doctor said "torch: not installed" and "stage swapper: PyTorch port on cpu" at once;
+    the engine now takes onnxruntime then, and the plan says so and why."""
+    from livefuse.config import EngineConfig
+    from livefuse.swap import neural_engine
+
+    real = neural_engine.importlib.util.find_spec
+    monkeypatch.setattr(neural_engine.importlib.util, "find_spec",
+                        lambda n, *a: None if n == "torch" else real(n, *a))
+    plan = {p.stage: p for p in neural_engine.stage_plan(EngineConfig(engine="neural"))}
+    assert plan["swapper"].where.startswith("onnxruntime")
+    assert plan["swapper"].why == neural_engine.TORCH_MISSING
+    assert neural_engine.effective_backend(EngineConfig(backend="onnxruntime")) == \
+        ("onnxruntime", None)
 
 
 @pytest.mark.parametrize("platform", ["win32", "darwin"])

@@ -6,6 +6,7 @@ target faces into patches).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from livefuse.models.catalog import get_spec, models_dir
 from livefuse.models.download import ModelMissingError, require, status
 from livefuse.precision import probe_device, resolve_precision
 from livefuse.swap.masks import FaceMasker, FaceParser, Occluder
-from livefuse.swap.neural import NeuralSwapper
+from livefuse.swap.neural import NeuralBackend, NeuralSwapper
 from livefuse.swap.paste import align_crop, arcface_affine, feather_mask, paste_roi
 from livefuse.types import Face, FloatArray, Frame, Patch, StagedFrame
 
@@ -266,6 +267,18 @@ def _ort_cuda() -> bool:
     return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
 
 
+TORCH_MISSING = "PyTorch is not installed (pip install 'livefuse[torch]')"
+
+
+def effective_backend(config: EngineConfig) -> tuple[NeuralBackend, str | None]:
+    """The backend the swapper will really use, and why when it is not the configured one:
+    the default ``torch`` backend falls back to onnxruntime (insightface's dependency, always
+    installed) when PyTorch is not installed."""
+    if config.backend == "torch" and importlib.util.find_spec("torch") is None:
+        return "onnxruntime", TORCH_MISSING
+    return ("torch" if config.backend == "torch" else "onnxruntime"), None
+
+
 def stage_plan(config: EngineConfig) -> list[StagePlan]:
     """Where the neural engine would run each stage for ``config`` (nothing is loaded).
 
@@ -274,7 +287,8 @@ def stage_plan(config: EngineConfig) -> list[StagePlan]:
     an onnxruntime-gpu build is installed, else the CPU) and the swap on the chosen backend.
     """
     device = resolve_device(config.device)
-    gpu = config.backend == "torch" and device.startswith("cuda")
+    backend, fallback = effective_backend(config)
+    gpu = backend == "torch" and device.startswith("cuda")
     if gpu:
         precision, why = resolve_precision(config.precision, probe_device(device))
         graph = "CUDA graph"
@@ -292,15 +306,15 @@ def stage_plan(config: EngineConfig) -> list[StagePlan]:
     ort_why = ("onnxruntime-gpu is installed" if ort == "onnxruntime CUDA" else
                "the CPU onnxruntime (insightface's dependency) has no CUDA provider"
                if device.startswith("cuda") else "no CUDA device")
-    if device.startswith("cuda") and config.backend == "onnxruntime":
+    if device.startswith("cuda") and backend == "onnxruntime":
         ort_why += "; --backend torch would run the whole path in PyTorch on the GPU"
-    swap_where = ort if config.backend == "onnxruntime" else f"PyTorch port on {device}, fp32"
+    swap_where = ort if backend == "onnxruntime" else f"PyTorch port on {device}, fp32"
     return [
         StagePlan("detector", ort, ort_why),
         StagePlan("recogniser", ort, ort_why),
         StagePlan("swapper", swap_where,
-                  "the backend asked for" if config.backend == "onnxruntime" else
-                  "torch backend without CUDA"),
+                  fallback or ("the backend asked for" if backend == "onnxruntime" else
+                               "torch backend without CUDA")),
         StagePlan("paste-back", "CPU (OpenCV), only the face's region",
                   "the frame is on the host on this path"),
     ]
@@ -325,7 +339,10 @@ def build_neural(config: EngineConfig, paths: NeuralPaths | None = None,
     """
     cat = catalog_paths(config) if paths is None else paths
     device = resolve_device(config.device)
-    swapper = NeuralSwapper(cat.swapper, backend=config.backend, precision=config.precision,
+    backend, fallback = effective_backend(config)
+    if fallback is not None:
+        log.warning("torch backend: %s; the swapper runs on onnxruntime", fallback)
+    swapper = NeuralSwapper(cat.swapper, backend=backend, precision=config.precision,
                             device=device, **swapper_options)
     analyser: Analyser
     if swapper.on_device:

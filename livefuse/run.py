@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 from tqdm import tqdm
@@ -107,13 +108,24 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True)
     summary.frames = result.frames
     notes = list(result.notes)
     notes.append(f"{result.audio_streams_copied} audio stream(s) copied; "
-                 f"frame rate {result.rate.numerator}/{result.rate.denominator}")
+                 f"{rate_text(result.rate)}; every frame keeps its timestamp")
     summary.notes = tuple(notes)
     if summary.faces_swapped == 0:
         raise NothingSwappedError(
             f"no face was swapped in any of the {result.frames} frames of '{target}'; "
             "no output was kept")
     return summary
+
+
+def rate_text(rate: Fraction) -> str:
+    """A frame rate for people: ``frame rate 30000/1001 (29.97 fps)`` for a standard rate,
+    ``average frame rate 9.69 fps`` for a container's average of a variable-rate clip
+    (640000/66053 said nothing)."""
+    fps = float(rate)
+    if rate.denominator in (1, 1001):
+        exact = f"{rate.numerator}/{rate.denominator} " if rate.denominator > 1 else ""
+        return f"frame rate {exact}({fps:.4g} fps)" if exact else f"frame rate {fps:g} fps"
+    return f"average frame rate {fps:.3g} fps"
 
 
 def check_output_path(output: Path, inputs: dict[str, Path | None]) -> None:

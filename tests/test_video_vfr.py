@@ -106,3 +106,12 @@ def test_constant_rate_keeps_exact_rational_rate(tmp_path: Path) -> None:
     assert result.rate == Fraction(30000, 1001)
     assert probe(out).rate == Fraction(30000, 1001)
     np.testing.assert_allclose(_frame_times(out), _frame_times(clip), rtol=0, atol=1e-6)
+
+
+def test_the_summary_says_rates_in_fps() -> None:
+    """A VFR clip's average was printed as "frame rate 640000/66053"."""
+    from livefuse.run import rate_text
+
+    assert rate_text(Fraction(640000, 66053)) == "average frame rate 9.69 fps"
+    assert rate_text(Fraction(30000, 1001)) == "frame rate 30000/1001 (29.97 fps)"
+    assert rate_text(Fraction(25)) == "frame rate 25 fps"

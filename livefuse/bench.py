@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from livefuse.config import CacheConfig, EngineConfig, FaceSelector
 from livefuse.engine import Engine
@@ -52,7 +53,7 @@ def _source() -> LoadedImage:
 
 def bench_classic(frames: int = 120, detect_every: tuple[int, ...] = (1, 3, 5),
                   selectors: tuple[FaceSelector, ...] = ("one", "many"),
-                  out: Callable[[str], None] = print) -> list[dict[str, float]]:
+                  out: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run the classic-engine table and print it through ``out``. Returns the rows."""
     from livefuse.io.synthetic import motion_clip  # PyAV: not needed by the other benchmarks
 
@@ -62,8 +63,10 @@ def bench_classic(frames: int = 120, detect_every: tuple[int, ...] = (1, 3, 5),
     centre = (float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2)
     source = _source()
     out(f"# classic engine, commit {git_commit()}, {machine()}, {frames} frames per row")
-    out("(faces: mean faces swapped per frame; 'many' swaps every face in view)")
-    out(f"{'size':<9} {'detect every':>12} {'faces':>6} {'fps':>7} {'ms/frame p50':>12} "
+    out("(selector one: the largest face; many: every face in view; faces: mean faces swapped "
+        "per frame)")
+    out(f"{'size':<9} {'detect every':>12} {'selector':>8} {'faces':>6} {'fps':>7} "
+        f"{'ms/frame p50':>12} "
         f"{'detect ms':>9} {'track ms':>8} {'swap ms':>7}")
     rows = []
     for size, face_w in SIZES:
@@ -86,11 +89,13 @@ def bench_classic(frames: int = 120, detect_every: tuple[int, ...] = (1, 3, 5),
                     nfaces.append(p.swapped)
                 fps = len(clip) / (time.perf_counter() - t_all)
                 row = {"width": size[0], "height": size[1], "detect_every": k,
+                       "selector": selector,
                        "faces": statistics.mean(nfaces), "fps": fps,
                        "p50_ms": statistics.median(per), "detect_ms": statistics.mean(det),
                        "track_ms": statistics.mean(trk), "swap_ms": statistics.mean(swp)}
                 rows.append(row)
-                out(f"{f'{size[0]}x{size[1]}':<9} {k:>12} {row['faces']:>6.1f} {fps:>7.1f} "
+                out(f"{f'{size[0]}x{size[1]}':<9} {k:>12} {selector:>8} {row['faces']:>6.1f} "
+                    f"{fps:>7.1f} "
                     f"{row['p50_ms']:>12.1f} {row['detect_ms']:>9.1f} {row['track_ms']:>8.1f} "
                     f"{row['swap_ms']:>7.1f}")
     return rows

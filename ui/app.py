@@ -124,6 +124,11 @@ def launch(config_path: Path | None = None, video: Path | None = None,
         The exit code: the event loop's, 130 after SIGINT, 0 after SIGTERM, 2 without a
         display.
     """
+    import importlib.util
+
+    if importlib.util.find_spec("PySide6") is None:
+        # before the display check: a user without either met them one per attempt
+        raise ModuleNotFoundError("No module named 'PySide6'", name="PySide6")
     if no_display():
         print(NO_DISPLAY, file=sys.stderr)
         return 2
@@ -175,7 +180,11 @@ def _handler(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """Register ``livefuse gui`` on the CLI's subparsers."""
-    p = sub.add_parser("gui", help="open the desktop app (also what `livefuse` alone does)")
+    p = sub.add_parser(
+        "gui", help="open the desktop app (also what `livefuse` alone does)",
+        description="Open the desktop app: pick a source photo and a camera or video, see the "
+                    "swapped stream with its fps, latency and VRAM, and send it to a virtual "
+                    "camera. Needs a graphical session and `pip install 'livefuse[gui,vcam]'`.")
     p.add_argument("--config", type=Path, default=None,
                    help="settings file (default: settings.toml in the user config dir)")
     p.add_argument("--source", type=Path, default=None, help="source face photo to load")

@@ -280,6 +280,24 @@ def test_detect_regions_edge_cases(block_detector: TorchScrfd) -> None:
 
 # ----------------------------------------------------------------------------------- loading
 
+def test_channels_last_gives_the_same_detections() -> None:
+    """NHWC (the CUDA default) finds what NCHW finds, in full frames and in tracked regions."""
+    nhwc = TorchScrfd(scrfd_replica(), channels_last=True)
+    assert nhwc._input.is_contiguous(memory_format=torch.channels_last)
+    for name in FRAMES:
+        frame = torch.from_numpy(_frames()[name])
+        a, b = nhwc.detect(frame), _detector("fp32").detect(frame)
+        assert len(a) == len(b) >= 1
+        torch.testing.assert_close(a.kps, b.kps, atol=1e-3, rtol=0)
+        torch.testing.assert_close(a.scores, b.scores, atol=1e-5, rtol=0)
+        rects = [(x0 - 30, y0 - 30, x1 + 30, y1 + 30) for x0, y0, x1, y1 in b.bboxes.tolist()]
+        for ra, rb in zip(nhwc.detect_regions(frame, rects),
+                          _detector("fp32").detect_regions(frame, rects), strict=True):
+            assert (ra is None) == (rb is None)
+            if ra is not None and rb is not None:
+                torch.testing.assert_close(ra.kps, rb.kps, atol=1e-3, rtol=0)
+
+
 def test_loader_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(FaceModelError, match=r"missing\.onnx"):
         TorchScrfd(tmp_path / "missing.onnx")
@@ -381,13 +399,37 @@ def test_cuda_graph_replay_matches_eager() -> None:
 @pytest.mark.gpu
 @gpu
 def test_cuda_graph_part_does_not_sync() -> None:
+    """Copying the frame in and replaying the detection graph (letterbox included) and the
+    region graph never wait for the GPU: the read-back is the call's one sync."""
     d = TorchScrfd(scrfd_replica(), device="cuda", precision="fp16")
     frame = torch.from_numpy(_frames()["frame1080"]).cuda()
-    d.detect(frame)  # capture
+    d.detect_faces(frame)  # capture
+    d.detect_regions(frame, [(800, 300, 1100, 600)], 192)
+    key = ("regions", 1, 192, (1080, 1920))
     torch.cuda.set_sync_debug_mode("error")
     try:
         with torch.inference_mode():
-            d._scale.fill_(d._letterbox(frame))
-            d._replay("detect", d._detect_core, (d._input, d._scale))
+            buf = d._static_frame(frame)
+            d._replay(("detect", (1080, 1920)), d._detect_frame, (buf,))
+            d._graphs[key][0].replay()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.gpu
+@gpu
+def test_cuda_graphs_follow_frame_size_changes() -> None:
+    """More frame sizes than kept buffers: evicted sizes are captured again and every answer
+    still equals the eager detector's."""
+    graph = TorchScrfd(scrfd_replica(), device="cuda", precision="fp16", cuda_graph=True)
+    eager = TorchScrfd(scrfd_replica(), device="cuda", precision="fp16", cuda_graph=False)
+    base = _frames()["t1"]
+    sizes = [(640, 480), (1280, 720), (800, 600), (1024, 576), (960, 540), (700, 700)]
+    for w, h in sizes * 2:
+        frame = torch.from_numpy(cv2.resize(base, (w, h), interpolation=cv2.INTER_AREA)).cuda()
+        a = graph.detect_faces(frame)
+        b = eager.detect(frame).to_faces()
+        assert len(a) == len(b) >= 1, (w, h)
+        for fa, fb in zip(a, b, strict=True):
+            np.testing.assert_allclose(fa.kps, fb.kps, atol=1e-3)
+        assert len(graph._frames) <= 4

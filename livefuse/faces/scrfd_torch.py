@@ -17,8 +17,10 @@ the device too:
   one host read-back detects and finishes exactly.
 
 One host sync per :meth:`TorchScrfd.detect`: a 3-integer read-back (face count, whether the NMS
-iterations converged, candidate count). On CUDA the network, decoding and NMS replay as one CUDA
-graph (letterbox and the read-back stay outside it).
+iterations converged, candidate count). On CUDA the frame is copied into a static buffer per frame
+size, and the letterbox, network, decoding, NMS and the packing of the answer replay as one CUDA
+graph: a detection is one copy, one graph launch and one read-back into a pinned buffer that is
+kept (at batch 1 the host's launches, not the GPU, set the time: docs/BENCHMARKS.md §7).
 
 Thread safety: a :class:`TorchScrfd` holds static buffers; call it from one thread.
 """
@@ -42,7 +44,6 @@ from livefuse.models.onnx_torch import (
     OnnxModule,
     TorchRuntime,
     precision_dtype,
-    to_device,
 )
 from livefuse.types import Face
 
@@ -61,6 +62,10 @@ LAYOUTS: dict[int, tuple[tuple[int, ...], int, bool]] = {
 
 NMS_ITERATIONS = 8
 """Sync-free NMS iterations; a longer suppression chain is finished after the read-back."""
+PACKED_ROWS = 64
+"""Faces :meth:`TorchScrfd.detect_faces` reads back with its one sync; more take the exact path."""
+FRAME_BUFFERS = 4
+"""Frame sizes whose static frame buffer and graphs are kept (a new size evicts the oldest)."""
 REGION_BATCHES = (1, 2, 4, 8)
 """Batch sizes :meth:`TorchScrfd.detect_regions` runs (one CUDA graph each): a call's crops are
 padded up to the next one, more than 8 go in chunks of 8."""
@@ -282,6 +287,9 @@ class TorchScrfd:
         cuda_graph: replay the network, decoding and NMS as a CUDA graph; ``None`` = on for CUDA.
         max_candidates: candidates NMS considers in the graph (the best-scoring ones); more above
             the threshold are handled exactly after the read-back, at the cost of extra syncs.
+        channels_last: run the network in NHWC; ``None`` = on for CUDA devices. cuDNN's fast
+            fp16 convolutions are NHWC: with NCHW tensors every conv adds two layout transposes,
+            kernels that a CUDA graph replays too.
 
     Raises:
         FaceModelError: the file is missing or unreadable, a node cannot run, or its outputs are
@@ -293,7 +301,8 @@ class TorchScrfd:
     def __init__(self, path: str | Path, device: str | torch.device = "cpu",
                  precision: str = "fp32", input_size: tuple[int, int] = (640, 640),
                  det_thresh: float = 0.5, nms_thresh: float = 0.4,
-                 cuda_graph: bool | None = None, max_candidates: int = 512) -> None:
+                 cuda_graph: bool | None = None, max_candidates: int = 512,
+                 channels_last: bool | None = None) -> None:
         self.path = Path(path)
         rt = resolve_runtime(device, precision, cuda_graph)
         self.device = torch.device(rt.device)
@@ -316,16 +325,24 @@ class TorchScrfd:
         top = max(self.strides)
         if self.input_size[0] % top or self.input_size[1] % top:
             raise ValueError(f"input_size {self.input_size} must be a multiple of {top}")
+        self.channels_last = self.device.type == "cuda" if channels_last is None \
+            else bool(channels_last)
+        self._format = torch.channels_last if self.channels_last else torch.contiguous_format
         self.net = net.to(self.device, self.dtype).eval()
+        if self.channels_last:
+            self.net = self.net.to(memory_format=torch.channels_last)
         self._taps: dict[tuple[int, int], _ResizeTaps] = {}
         self._anchors: dict[tuple[int, int], _Anchors] = {}
         self._graphs: dict[Any, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...],
                                       tuple[torch.Tensor, ...]]] = {}
         w, h = self.input_size
-        self._input = torch.full((1, 3, h, w), PAD_VALUE, dtype=self.dtype, device=self.device)
+        self._input = torch.full((1, 3, h, w), PAD_VALUE, dtype=self.dtype, device=self.device
+                                 ).contiguous(memory_format=self._format)
         self._scale = torch.ones((), dtype=torch.float32, device=self.device)
         self._kps_fractions = torch.from_numpy(_KPS_FRACTIONS.reshape(-1)).to(self.device)
         self._region_inputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._frames: dict[tuple[int, int], torch.Tensor] = {}
+        self._pinned: dict[Any, torch.Tensor] = {}
         self._check_outputs((1, 3, h, w))
         log.info("SCRFD %s on %s", self.path.name, self.runtime)
 
@@ -396,6 +413,18 @@ class TorchScrfd:
         n_valid = (scores >= self.det_thresh).sum()
         return (*self._compact(cb, top, ck, keep, converged, n_valid), scores, bboxes, kps)
 
+    def _detect_frame(self, frame_t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The whole graph-capturable detection of one frame: letterbox into the static input,
+        :meth:`_detect_core`, then the answer packed for one read-back: ``(3 + 15 R,) float32``
+        = stats, then ``R`` = min(:data:`PACKED_ROWS`, K) rows of bboxes, scores, kps."""
+        self._scale.fill_(self._letterbox(frame_t))
+        core = self._detect_core(self._input, self._scale)
+        bboxes, scores, kps, stats = core[:4]
+        k = min(PACKED_ROWS, int(bboxes.shape[0]))
+        packed = torch.cat((stats.to(torch.float32), bboxes[:k].reshape(-1), scores[:k],
+                            kps[:k].reshape(-1)))
+        return (*core, packed)
+
     @staticmethod
     def _compact(cb: torch.Tensor, top: torch.Tensor, ck: torch.Tensor, keep: torch.Tensor,
                  converged: torch.Tensor, n_valid: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -448,50 +477,69 @@ class TorchScrfd:
         Raises:
             ValueError: ``frame_t`` is not an ``(H, W, 3) uint8`` tensor on the device.
         """
-        out = self._run(frame_t)
-        bboxes, scores, kps, stats, all_s, all_b, all_k = out
+        bboxes, scores, kps, stats, all_s, all_b, all_k, _ = self._run(frame_t)
         n, converged, n_valid = (int(v) for v in stats.tolist())
         if not converged or n_valid > bboxes.shape[0]:
             bboxes, scores, kps, n = self._finish_exact(all_s, all_b, all_k, n_valid)
         return Detections(bboxes[:n].clone(), scores[:n].clone(),
                           kps[:n].reshape(-1, 5, 2).clone())
 
+    def _static_frame(self, frame_t: torch.Tensor) -> torch.Tensor:
+        """``frame_t`` copied into this size's static buffer (what the CUDA graphs read)."""
+        hw = (int(frame_t.shape[0]), int(frame_t.shape[1]))
+        buf = self._frames.get(hw)
+        if buf is None:
+            if len(self._frames) >= FRAME_BUFFERS:
+                old = next(iter(self._frames))
+                del self._frames[old]
+                for key in [k for k in self._graphs if k[-1] == old]:
+                    del self._graphs[key]
+            buf = self._frames[hw] = torch.empty(tuple(frame_t.shape), dtype=frame_t.dtype,
+                                                 device=frame_t.device)
+        buf.copy_(frame_t)
+        return buf
+
     def _run(self, frame_t: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Letterbox ``frame_t`` into the static input and run the detector core (a graph
-        replay when ``cuda_graph``); the core's outputs, on the device, no host sync."""
+        """:meth:`_detect_frame` on ``frame_t`` (a graph replay over a static copy of it when
+        ``cuda_graph``); its outputs, on the device, no host sync."""
         self._check_frame(frame_t)
-        self._scale.fill_(self._letterbox(frame_t))
         if self.cuda_graph:
-            return self._replay("detect", self._detect_core, (self._input, self._scale))
-        return self._detect_core(self._input, self._scale)
+            buf = self._static_frame(frame_t)
+            return self._replay(("detect", tuple(buf.shape[:2])), self._detect_frame, (buf,))
+        return self._detect_frame(frame_t)
+
+    def _read_back(self, key: Any, packed: torch.Tensor) -> npt.NDArray[np.float32]:
+        """``packed`` on the host through a pinned buffer kept per ``key`` (one sync)."""
+        if self.device.type != "cuda":
+            return packed.numpy()
+        host = self._pinned.get(key)
+        if host is None or host.shape != packed.shape:
+            host = self._pinned[key] = torch.empty(packed.shape, dtype=packed.dtype,
+                                                   pin_memory=True)
+        host.copy_(packed, non_blocking=True)
+        torch.cuda.current_stream(self.device).synchronize()
+        return host.numpy()
 
     @torch.inference_mode()
     def detect_faces(self, frame_t: torch.Tensor, limit: int = 64) -> list[Face]:
         """:meth:`detect`, returning host :class:`~livefuse.types.Face` s (score order) with ONE
-        read-back: the counts and the best ``limit`` rows come to pinned memory together (the
-        frame path's only detection sync). More faces than ``limit``, or an NMS that did not
-        converge, take :meth:`detect`'s exact path.
+        read-back: the counts and the best :data:`PACKED_ROWS` rows come to pinned memory
+        together (the frame path's only detection sync). More faces than ``limit`` (at most
+        :data:`PACKED_ROWS`), or an NMS that did not converge, take :meth:`detect`'s exact path.
 
         Raises:
             ValueError: ``frame_t`` is not an ``(H, W, 3) uint8`` tensor on the device.
         """
         out = self._run(frame_t)
-        bboxes, scores, kps, stats = out[:4]
-        k = min(limit, int(bboxes.shape[0]))
-        packed = torch.cat((stats.to(torch.float32), bboxes[:k].reshape(-1), scores[:k],
-                            kps[:k].reshape(-1)))
-        host = torch.empty(packed.shape, dtype=torch.float32,
-                           pin_memory=self.device.type == "cuda")
-        host.copy_(packed, non_blocking=True)
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
-        h = host.numpy()
+        rows = (int(out[-1].shape[0]) - 3) // 15
+        h = self._read_back("detect", out[-1])
+        k = min(limit, rows)
         n, converged, n_valid = int(h[0]), bool(h[1]), int(h[2])
-        if not converged or n_valid > bboxes.shape[0] or n > k:
+        if not converged or n_valid > int(out[0].shape[0]) or n > k:
             return self.detect(frame_t).to_faces()
-        b = h[3:3 + 4 * k].reshape(k, 4)
-        sc = h[3 + 4 * k:3 + 5 * k]
-        kp = h[3 + 5 * k:].reshape(k, 5, 2)
+        b = h[3:3 + 4 * rows].reshape(rows, 4)
+        sc = h[3 + 4 * rows:3 + 5 * rows]
+        kp = h[3 + 5 * rows:].reshape(rows, 5, 2)
         return [Face(bbox=b[i].copy(), kps=kp[i].copy(), score=float(sc[i])) for i in range(n)]
 
     def _finish_exact(self, scores: torch.Tensor, bboxes: torch.Tensor, kps: torch.Tensor,
@@ -568,52 +616,50 @@ class TorchScrfd:
         top = max(self.strides)
         if size <= 0 or size % top:
             raise ValueError(f"size {size} must be a positive multiple of {top}")
-        r = torch.as_tensor(rects, dtype=torch.float32).reshape(-1, 4)
+        r = torch.as_tensor(rects, dtype=torch.float32).reshape(-1, 4).cpu()
         results: list[Detection | None] = []
         if not len(r):
             return results
-        frame = frame_t.permute(2, 0, 1)[None].to(torch.float32)
         biggest = REGION_BATCHES[-1]
         for start in range(0, len(r), biggest):
-            results += self._regions_chunk(frame, r[start:start + biggest], size)
+            results += self._regions_chunk(frame_t, r[start:start + biggest], size)
         return results
 
-    def _regions_chunk(self, frame: torch.Tensor, rects: torch.Tensor, size: int
+    def _regions_chunk(self, frame_t: torch.Tensor, rects: torch.Tensor, size: int
                        ) -> list[Detection | None]:
         n = int(rects.shape[0])
         batch = next(b for b in REGION_BATCHES if b >= n)
-        sq = torch.zeros(batch, 3, dtype=torch.float32, device=rects.device)  # x0, y0, side
+        cuda = self.device.type == "cuda"
+        key = ("regions", batch, size)
+        sq = self._pinned.get((*key, "squares"))
+        if sq is None:
+            sq = self._pinned[(*key, "squares")] = torch.zeros(batch, 3, dtype=torch.float32,
+                                                               pin_memory=cuda)
+        # x0, y0, side of the square around each rect; padding rows repeat the first
         cx, cy = (rects[:, 0] + rects[:, 2]) / 2, (rects[:, 1] + rects[:, 3]) / 2
         side = torch.maximum(rects[:, 2] - rects[:, 0], rects[:, 3] - rects[:, 1]).clamp(min=1)
         sq[:n] = torch.stack((cx - side / 2, cy - side / 2, side), 1)
         sq[n:] = sq[0]
-        sq_d = to_device(sq, self.device)
-        h, w = frame.shape[2], frame.shape[3]
-        # crop px u samples frame x0 + (u + 0.5)·side/size - 0.5 (cv2.resize's pixel mapping);
-        # grid_sample(align_corners=False) reads frame px p at (2p + 1)/W - 1
-        u = (torch.arange(size, device=self.device, dtype=torch.float32) + 0.5) / size
-        step = sq_d[:, 2:3]
-        gx = (2 * (sq_d[:, 0:1] + u[None] * step) / w - 1)[:, None, :].expand(batch, size, size)
-        gy = (2 * (sq_d[:, 1:2] + u[None] * step) / h - 1)[:, :, None].expand(batch, size, size)
-        crops = F.grid_sample(frame.expand(batch, -1, -1, -1), torch.stack((gx, gy), -1),
-                              mode="bilinear", padding_mode="zeros", align_corners=False)
         static = self._region_inputs.get((batch, size))
         if static is None:
-            static = (torch.zeros(batch, 3, size, size, dtype=self.dtype, device=self.device),
+            static = (torch.zeros(batch, 3, size, size, dtype=self.dtype, device=self.device
+                                  ).contiguous(memory_format=self._format),
                       torch.zeros(batch, 3, dtype=torch.float32, device=self.device))
             self._region_inputs[(batch, size)] = static
             self._check_outputs((batch, 3, size, size))
         inp, static_sq = static
-        # whole levels, as the uint8 crop insightface would resize (cv2.resize writes uint8)
-        inp.copy_((crops.round_().flip(1) - INPUT_MEAN) / INPUT_STD)
-        static_sq.copy_(sq_d)
+        static_sq.copy_(sq, non_blocking=cuda)
+
+        def run(frame: torch.Tensor, squares: torch.Tensor) -> tuple[torch.Tensor]:
+            return self._regions_frame(frame, squares, inp)
+
         if self.cuda_graph:
-            packed = self._replay(("regions", batch, size), self._regions_core,
-                                  (inp, static_sq))[0]
+            buf = self._static_frame(frame_t)
+            packed = self._replay((*key, tuple(buf.shape[:2])), run, (buf, static_sq))[0]
         else:
-            packed = self._regions_core(inp, static_sq)[0]
+            packed = run(frame_t, static_sq)[0]
+        host = self._read_back(key, packed)
         packed = packed.clone()
-        host = packed.cpu().numpy()
         out: list[Detection | None] = []
         for i in range(n):
             if host[i, 0] < self.det_thresh:
@@ -622,6 +668,27 @@ class TorchScrfd:
                 out.append(Detection(bbox=packed[i, 1:5], kps=packed[i, 5:15].reshape(5, 2),
                                      score=float(host[i, 0]), host=host[i, :15].copy()))
         return out
+
+    def _regions_frame(self, frame_t: torch.Tensor, squares: torch.Tensor, inp: torch.Tensor
+                       ) -> tuple[torch.Tensor]:
+        """Graph-capturable: the square crops of ``frame_t`` sampled into ``inp`` (the static
+        detector input of this batch and size), then :meth:`_regions_core`."""
+        batch, size = int(inp.shape[0]), int(inp.shape[2])
+        frame = frame_t.permute(2, 0, 1)[None].to(torch.float32)
+        h, w = frame.shape[2], frame.shape[3]
+        # crop px u samples frame x0 + (u + 0.5)·side/size - 0.5 (cv2.resize's pixel mapping);
+        # grid_sample(align_corners=False) reads frame px p at (2p + 1)/W - 1
+        u = (torch.arange(size, device=self.device, dtype=torch.float32) + 0.5) / size
+        step = squares[:, 2:3]
+        gx = (2 * (squares[:, 0:1] + u[None] * step) / w - 1)[:, None, :].expand(batch, size,
+                                                                                 size)
+        gy = (2 * (squares[:, 1:2] + u[None] * step) / h - 1)[:, :, None].expand(batch, size,
+                                                                                 size)
+        crops = F.grid_sample(frame.expand(batch, -1, -1, -1), torch.stack((gx, gy), -1),
+                              mode="bilinear", padding_mode="zeros", align_corners=False)
+        # whole levels, as the uint8 crop insightface would resize (cv2.resize writes uint8)
+        inp.copy_((crops.round_().flip(1) - INPUT_MEAN) / INPUT_STD)
+        return self._regions_core(inp, squares)
 
     def _regions_core(self, inp: torch.Tensor, squares: torch.Tensor) -> tuple[torch.Tensor]:
         """Graph-capturable: network, decoding and the best anchor per crop, mapped to frame

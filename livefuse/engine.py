@@ -294,7 +294,7 @@ class Engine:
         if any(p is not None and p.on_device for p in patches):
             from livefuse.swap.gpu_frame import paste_patches
 
-            return paste_patches(frame.device, patches)
+            return paste_patches(frame.device, patches, graphs=frame.graphs)
         return paste_all(out, patches)
 
     def _enhance(self, frame: StagedFrame, faces: Sequence[Face], swapped: Sequence[int],

@@ -78,12 +78,16 @@ class StagedFrame:
             thread in a live session (so the upload of frame n+1 overlaps the GPU work on n).
         ready: a ``torch.cuda.Event`` the device copy is complete at (``None``: already complete).
         release: called once the engine is done with ``device`` (returns its pinned buffer).
+        graphs: the stager's :class:`livefuse.swap.gpu_frame.FrameGraphs` once ``device`` is its
+            static work frame (after ``FrameStager.wait``): the align and paste then replay CUDA
+            graphs bound to it. ``None`` elsewhere.
     """
 
     host: Frame
     device: Any = None
     ready: Any = None
     release: Any = None
+    graphs: Any = None
 
 
 @dataclass(frozen=True, eq=False)

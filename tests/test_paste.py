@@ -192,3 +192,29 @@ def test_rewarp_follows_the_face_in_one_resample(frame: np.ndarray) -> None:
 def _embedding(seed: int) -> np.ndarray:
     e = np.random.default_rng(seed).standard_normal(512).astype(np.float32)
     return e / np.linalg.norm(e)
+
+
+def test_a_rounded_up_paste_box_writes_the_same_pixels(frame: np.ndarray) -> None:
+    """The GPU paste samples a box rounded up (so a CUDA graph is reused while a face moves);
+    the px outside each face's exact region keep the frame's value, also at the frame's edges
+    and where faces overlap."""
+    rng = np.random.default_rng(5)
+    affines = [arcface_affine(face_kps(x, y, e, a)) for x, y, e, a in
+               ((40, 30, 50, 0.0), (520, 330, 90, -20.0), (560, 360, 60, 35.0),
+                (frame.shape[1] - 20, frame.shape[0] - 10, 70, 10.0))]
+    mask_t = torch.from_numpy(np.array(feather_mask(128)))
+    patches = [Patch(image=torch.from_numpy(rng.random((3, 128, 128), np.float32)),
+                     alpha=torch.ones(128, 128) if k == 1 else mask_t, affine=m)
+               for k, m in enumerate(affines)]
+    exact = torch.from_numpy(frame.copy())
+    rois = paste_patches(exact, patches, step=1)
+    for step in (32, 100, 4096):
+        rounded = torch.from_numpy(frame.copy())
+        assert paste_patches(rounded, patches, step=step) == rois
+        np.testing.assert_array_equal(rounded.numpy(), exact.numpy())
+    changed = (exact.numpy() != frame).any(2)
+    assert changed.sum() > 5000
+    inside = np.zeros_like(changed)
+    for x0, y0, x1, y1 in (r for r in rois if r is not None):
+        inside[y0:y1, x0:x1] = True
+    assert not (changed & ~inside).any()

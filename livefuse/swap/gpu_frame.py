@@ -9,6 +9,11 @@
   the host output; the rest of the output is the host frame itself, so the full frame never
   comes back and never makes a round trip per face.
 
+With a :class:`FrameGraphs` (the stager's, for its static work frame) the align and the paste each
+replay as one CUDA graph: at one face the frame path is bound by the host's kernel launches, not
+by the GPU (docs/BENCHMARKS.md §7), and a graph is one launch. Without one (tests, CPU tensors)
+the same functions run eagerly.
+
 The host (OpenCV) twins of the align and paste are in :mod:`livefuse.swap.paste`; on the CPU
 those run instead. Everything here imports torch lazily, so ``import livefuse`` needs no torch.
 """
@@ -41,20 +46,19 @@ def upload(arr: np.ndarray, device: torch.device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def _grids(affines: np.ndarray, out_w: int, out_h: int, in_w: int, in_h: int,
-           offsets: np.ndarray, device: torch.device) -> torch.Tensor:
-    """Sampling grids ``(N, out_h, out_w, 2)`` for ``grid_sample(align_corners=False)``.
+def _grids_t(m: torch.Tensor, off: torch.Tensor, out_w: int, out_h: int, in_w: int,
+             in_h: int) -> torch.Tensor:
+    """Sampling grids ``(N, out_h, out_w, 2)`` for ``grid_sample(align_corners=False)``, from
+    device tensors (graph-capturable).
 
     Args:
-        affines: ``(N, 2, 3)`` output px → input px.
-        offsets: ``(N, 2)`` px added to the output coordinates (an ROI's top-left corner).
+        m: ``(N, 2, 3) float32`` output px → input px.
+        off: ``(N, 2) float32`` px added to the output coordinates (a region's top-left corner).
     """
     import torch
 
-    m = upload(np.asarray(affines, np.float32), device)
-    off = upload(np.asarray(offsets, np.float32), device)
-    xs = torch.arange(out_w, device=device, dtype=torch.float32)
-    ys = torch.arange(out_h, device=device, dtype=torch.float32)
+    xs = torch.arange(out_w, device=m.device, dtype=torch.float32)
+    ys = torch.arange(out_h, device=m.device, dtype=torch.float32)
     gx = xs[None, None, :] + off[:, 0, None, None]  # (N, 1, W)
     gy = ys[None, :, None] + off[:, 1, None, None]  # (N, H, 1)
     sx = m[:, 0, 0, None, None] * gx + m[:, 0, 1, None, None] * gy + m[:, 0, 2, None, None]
@@ -68,29 +72,85 @@ def frame_rgb(frame_t: torch.Tensor) -> torch.Tensor:
     return frame_t.flip(-1).permute(2, 0, 1)[None].float().div_(255.0)
 
 
+def _align_t(frame_t: torch.Tensor, params: torch.Tensor, size: int) -> torch.Tensor:
+    """Graph-capturable align: ``params (N, 6) float32`` inverse affines (crop px → frame px)."""
+    import torch
+    import torch.nn.functional as F
+
+    n = int(params.shape[0])
+    h, w = int(frame_t.shape[0]), int(frame_t.shape[1])
+    off = torch.zeros(n, 2, dtype=torch.float32, device=params.device)
+    grid = _grids_t(params.view(n, 2, 3), off, size, size, w, h)
+    return F.grid_sample(frame_rgb(frame_t).expand(n, -1, -1, -1), grid, mode="bilinear",
+                         padding_mode="zeros", align_corners=False)
+
+
 def align_crops(frame_t: torch.Tensor, affines: Sequence[Affine], size: int = 128,
-                rgb: torch.Tensor | None = None) -> torch.Tensor:
+                graphs: FrameGraphs | None = None) -> torch.Tensor:
     """Aligned crops of several faces of a frame that is on the device, in one ``grid_sample``.
 
     Args:
         frame_t: ``(H, W, 3) uint8 BGR`` tensor.
         affines: per face, ``(2, 3)`` frame px → crop px.
-        rgb: :func:`frame_rgb` of ``frame_t`` when the caller has it already.
+        graphs: replay it as a CUDA graph bound to ``frame_t`` (a static work frame).
 
     Returns:
-        ``(N, 3, size, size) float32`` RGB in [0, 1] (the swapper's input), zeros outside the frame.
+        ``(N, 3, size, size) float32`` RGB in [0, 1] (the swapper's input), zeros outside the
+        frame. With ``graphs`` it is the graph's static output: use it before the next align of
+        as many faces.
     """
+    inv = np.stack([cv2.invertAffineTransform(np.asarray(a, np.float64))
+                    for a in affines]).reshape(len(affines), 6).astype(np.float32)
+    if graphs is not None:
+        params = graphs.params(("align", len(affines), size), inv)
+        return graphs.run(("align", frame_t.data_ptr(), tuple(frame_t.shape), len(affines), size),
+                          lambda f, q: (_align_t(f, q, size),), (frame_t, params))[0]
+    return _align_t(frame_t, upload(inv, frame_t.device), size)
+
+
+ROI_STEP = 32
+"""With CUDA graphs a paste region's sides are rounded up to a multiple of this many px, so a face
+that moves or grows a little replays the graph already captured."""
+
+
+def _paste_t(frame_t: torch.Tensor, images: torch.Tensor, alphas: torch.Tensor,
+             params: torch.Tensor, box: tuple[int, int]) -> None:
+    """Graph-capturable paste of ``N`` patches of one size into ``frame_t`` (in place).
+
+    Args:
+        images: ``(N, 3, S, S)`` float RGB [0, 1]; alphas: ``(N, S, S)``.
+        params: ``(N, 12) float32``: the affine (frame px → patch px, 6), the box's top-left
+            corner (2) and the exact region ``x0, y0, x1, y1`` (4), frame px.
+        box: ``(bw, bh)`` the box every patch is sampled into, inside the frame; px of the box
+            outside a patch's exact region keep the frame's value (alpha 0).
+    """
+    import torch
     import torch.nn.functional as F
 
-    h, w = frame_t.shape[:2]
-    inv = np.stack([cv2.invertAffineTransform(np.asarray(a, np.float64)) for a in affines])
-    grid = _grids(inv, size, size, w, h, np.zeros((len(affines), 2)), frame_t.device)
-    src = frame_rgb(frame_t) if rgb is None else rgb
-    return F.grid_sample(src.expand(len(affines), -1, -1, -1), grid, mode="bilinear",
-                         padding_mode="zeros", align_corners=False)
+    n, s = int(images.shape[0]), int(images.shape[-1])
+    bw, bh = box
+    grid = _grids_t(params[:, :6].reshape(n, 2, 3), params[:, 6:8], bw, bh, s, s)
+    src = torch.cat((images.float().flip(1).mul(255.0), alphas.float()[:, None]), dim=1)
+    out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    xs = torch.arange(bw, device=frame_t.device, dtype=torch.float32)
+    ys = torch.arange(bh, device=frame_t.device, dtype=torch.float32)
+    for k in range(n):  # in order: a later face lies over an earlier one
+        cols, rows = params[k, 6] + xs, params[k, 7] + ys
+        inside = (((cols >= params[k, 8]) & (cols < params[k, 10]))[None, :]
+                  & ((rows >= params[k, 9]) & (rows < params[k, 11]))[:, None])
+        idx = (rows.long()[:, None], cols.long()[None, :])
+        cur = frame_t[idx].float()
+        fake, alpha = out[k, :3].permute(1, 2, 0), (out[k, 3] * inside)[..., None]
+        frame_t[idx] = cur.add_(alpha * (fake - cur)).round_().clamp_(0, 255).to(torch.uint8)
 
 
-def paste_patches(frame_t: torch.Tensor, patches: Sequence[Patch | None]) -> list[Roi | None]:
+def _round_up(v: int, step: int, limit: int) -> int:
+    return min(-(-v // step) * step, limit)
+
+
+def paste_patches(frame_t: torch.Tensor, patches: Sequence[Patch | None],
+                  graphs: FrameGraphs | None = None, step: int | None = None
+                  ) -> list[Roi | None]:
     """Blend device patches into ``frame_t`` in place, each within the region it covers.
 
     Patches of one size are resampled together (one ``grid_sample`` over ``(N, 4, S, S)``: the
@@ -100,6 +160,10 @@ def paste_patches(frame_t: torch.Tensor, patches: Sequence[Patch | None]) -> lis
         frame_t: ``(H, W, 3) uint8 BGR`` tensor on the device, modified in place.
         patches: device patches (``image (3, S, S)`` float RGB [0, 1], ``alpha (S, S)``), or
             ``None`` entries (skipped).
+        graphs: replay each patch size's paste as a CUDA graph bound to ``frame_t`` (a static
+            work frame).
+        step: round the sampled box's sides up to a multiple of this (default
+            :data:`ROI_STEP` with ``graphs``, else 1); the pixels written are the same.
 
     Returns:
         Per patch the ROI written, or ``None`` (skipped, or wholly outside the frame).
@@ -108,8 +172,8 @@ def paste_patches(frame_t: torch.Tensor, patches: Sequence[Patch | None]) -> lis
         ValueError: a patch asks for the seamless blend (host only).
     """
     import torch
-    import torch.nn.functional as F
 
+    fh, fw = int(frame_t.shape[0]), int(frame_t.shape[1])
     rois: list[Roi | None] = [None] * len(patches)
     groups: dict[tuple[int, int], list[int]] = {}
     for i, p in enumerate(patches):
@@ -122,31 +186,34 @@ def paste_patches(frame_t: torch.Tensor, patches: Sequence[Patch | None]) -> lis
         if x1 - x0 >= 4 and y1 - y0 >= 4:
             rois[i] = (x0, y0, x1, y1)
             groups.setdefault((ph, pw), []).append(i)
-    sampled: dict[int, torch.Tensor] = {}
     for (ph, pw), idx in groups.items():
-        boxes = [rois[i] for i in idx]
-        mw = max(b[2] - b[0] for b in boxes if b is not None)
-        mh = max(b[3] - b[1] for b in boxes if b is not None)
-        offsets = np.array([(b[0], b[1]) for b in boxes if b is not None], np.float64)
-        affines = np.stack([patches[i].affine for i in idx])  # type: ignore[union-attr]
-        grid = _grids(affines, mw, mh, pw, ph, offsets, frame_t.device)
-        src = torch.cat([torch.stack([patches[i].image for i in idx]).float()  # type: ignore[union-attr]
-                         .flip(1).mul(255.0),
-                         torch.stack([patches[i].alpha for i in idx]).float()[:, None]],  # type: ignore[union-attr]
-                        dim=1)
-        out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros",
-                            align_corners=False)
-        for k, i in enumerate(idx):
-            sampled[i] = out[k]
-    for i, roi in enumerate(rois):
-        if roi is None:
+        boxes = [r for r in (rois[i] for i in idx) if r is not None]
+        k = step if step is not None else ROI_STEP if graphs is not None else 1
+        bw = _round_up(max(b[2] - b[0] for b in boxes), k, fw)
+        bh = _round_up(max(b[3] - b[1] for b in boxes), k, fh)
+        params = np.array([[*np.asarray(patches[i].affine, np.float64).reshape(6),  # type: ignore[union-attr]
+                            min(b[0], fw - bw), min(b[1], fh - bh), *b]
+                           for i, b in zip(idx, boxes, strict=True)], np.float32)
+        images = [patches[i].image for i in idx]  # type: ignore[union-attr]
+        alphas = [patches[i].alpha for i in idx]  # type: ignore[union-attr]
+        if graphs is None:
+            _paste_t(frame_t, torch.stack(images), torch.stack(alphas),
+                     upload(params, frame_t.device), (bw, bh))
             continue
-        x0, y0, x1, y1 = roi
-        s = sampled[i][:, :y1 - y0, :x1 - x0]
-        fake, alpha = s[:3].permute(1, 2, 0), s[3, ..., None]
-        region = frame_t[y0:y1, x0:x1]
-        cur = region.float()
-        region.copy_(cur.add_(alpha * (fake - cur)).round_().clamp_(0, 255).to(torch.uint8))
+        key = ("paste", len(idx), ph, pw, images[0].dtype, alphas[0].dtype)
+        imgs = graphs.buffer((*key, "images"), (len(idx), 3, ph, pw), images[0].dtype)
+        alps = graphs.buffer((*key, "alphas"), (len(idx), ph, pw), alphas[0].dtype)
+        torch.stack(images, out=imgs)
+        torch.stack(alphas, out=alps)
+        q = graphs.params(key, params)
+
+        def run(f: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                box: tuple[int, int] = (bw, bh)) -> tuple[torch.Tensor, ...]:
+            _paste_t(f, a, b, c, box)
+            return ()
+
+        graphs.run((*key, frame_t.data_ptr(), tuple(frame_t.shape), bw, bh), run,
+                   (frame_t, imgs, alps, q), mutates=0)
     return rois
 
 
@@ -195,6 +262,92 @@ def restore_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None], host: Frame)
         frame_t[y0:y1, x0:x1].copy_(upload(host[y0:y1, x0:x1], frame_t.device))
 
 
+class FrameGraphs:
+    """CUDA graphs of the per-frame align and paste, and their static inputs, for one device.
+
+    A graph is captured on first use of a key (after one warm-up run; a graph that writes its
+    frame warms up on a scratch copy instead) and replayed after; the least recently used of more
+    than :data:`MAX_FRAME_GRAPHS` are dropped. Small per-call parameters (affines, regions) go up
+    through pinned buffers kept per key, so no call makes the stream wait. Inference thread only.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        from collections import OrderedDict
+
+        self.device = device
+        self._graphs: OrderedDict[Any, tuple[Any, tuple[Any, ...]]] = OrderedDict()
+        self._params: dict[Any, tuple[Any, Any, Any]] = {}
+        self._buffers: dict[Any, Any] = {}
+        self._scratch: dict[tuple[int, ...], Any] = {}
+        self.captures = 0
+
+    def buffer(self, key: Any, shape: tuple[int, ...], dtype: Any) -> torch.Tensor:
+        """A static device tensor kept under ``key`` (new when the shape or dtype changed)."""
+        import torch
+
+        t = self._buffers.get(key)
+        if t is None or tuple(t.shape) != shape or t.dtype != dtype:
+            t = self._buffers[key] = torch.empty(shape, dtype=dtype, device=self.device)
+        return t
+
+    def params(self, key: Any, values: np.ndarray) -> torch.Tensor:
+        """``values`` (float32) in a static device tensor kept under ``key``, copied from a pinned
+        buffer without a stream sync."""
+        import torch
+
+        entry = self._params.get(key)
+        if entry is None or tuple(entry[0].shape) != values.shape:
+            host = torch.empty(values.shape, dtype=torch.float32, pin_memory=True)
+            entry = (host, torch.empty(values.shape, dtype=torch.float32, device=self.device),
+                     torch.cuda.Event())
+            self._params[key] = entry
+        host, dev, done = entry
+        done.synchronize()  # the last copy out of ``host`` has finished (at once in practice)
+        host.numpy()[...] = values
+        dev.copy_(host, non_blocking=True)
+        done.record()
+        return dev
+
+    def run(self, key: Any, fn: Any, static_in: tuple[Any, ...],
+            mutates: int | None = None) -> tuple[Any, ...]:
+        """Replay ``fn(*static_in)`` as a CUDA graph (captured at the first call of ``key``).
+
+        Args:
+            mutates: index of an input ``fn`` writes in place: its warm-up runs on a scratch copy.
+        """
+        import torch
+
+        entry = self._graphs.get(key)
+        if entry is None:
+            warm = list(static_in)
+            if mutates is not None:
+                t = static_in[mutates]
+                shape = tuple(t.shape)
+                if shape not in self._scratch:
+                    self._scratch[shape] = torch.empty_like(t)
+                warm[mutates] = self._scratch[shape]
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                fn(*warm)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: the capture thread keeps staging frames on its own stream meanwhile
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                out = fn(*static_in)
+            entry = self._graphs[key] = (graph, out)
+            self.captures += 1
+            while len(self._graphs) > MAX_FRAME_GRAPHS:
+                self._graphs.popitem(last=False)
+        self._graphs.move_to_end(key)
+        entry[0].replay()
+        return entry[1]
+
+
+MAX_FRAME_GRAPHS = 48
+"""Align/paste graphs kept (keys: face count, patch size, rounded region size)."""
+
+
 class _Slot:
     def __init__(self, shape: tuple[int, ...], device: torch.device) -> None:
         import torch
@@ -235,6 +388,8 @@ class FrameStager:
         self._stream: Any = None
         self.staged = 0
         self.fallbacks = 0
+        self._work: dict[tuple[int, ...], Any] = {}
+        self.graphs = FrameGraphs(self.device)
 
     def _take(self, shape: tuple[int, ...]) -> _Slot | None:
         with self._lock:
@@ -286,15 +441,34 @@ class FrameStager:
 
         return StagedFrame(host=frame, device=slot.device, ready=ready, release=release)
 
-    @staticmethod
-    def wait(staged: StagedFrame) -> None:
-        """Make the current stream wait until ``staged.device`` holds the frame."""
-        if staged.ready is not None:
-            import torch
+    def wait(self, staged: StagedFrame) -> None:
+        """Make the current stream wait until ``staged.device`` holds the frame, then copy it into
+        this size's static work frame (a device-to-device copy) and point ``staged.device`` and
+        ``staged.graphs`` at it, so the frame's align and paste replay graphs bound to one
+        address. Called on the inference thread, once per frame."""
+        import torch
 
+        if staged.device is None:
+            return
+        if staged.ready is not None:
             torch.cuda.current_stream(staged.device.device).wait_event(staged.ready)
             staged.ready = None
+        if staged.graphs is not None:
+            return
+        shape = tuple(staged.device.shape)
+        work = self._work.get(shape)
+        if work is None:
+            if len(self._work) >= WORK_FRAMES:
+                self._work.pop(next(iter(self._work)))
+            work = self._work[shape] = torch.empty(shape, dtype=torch.uint8, device=self.device)
+        work.copy_(staged.device)
+        staged.device = work
+        staged.graphs = self.graphs
 
 
-__all__ = ["FrameStager", "align_crops", "download_rois", "fetch_rois", "frame_rgb",
+WORK_FRAMES = 4
+"""Frame sizes whose static work frame a :class:`FrameStager` keeps."""
+
+
+__all__ = ["FrameGraphs", "FrameStager", "align_crops", "download_rois", "fetch_rois", "frame_rgb",
            "paste_patches", "restore_rois", "upload", "write_rois"]

@@ -193,7 +193,8 @@ class NeuralRenderer:
 
             if frame.device is None:
                 raise RuntimeError("the neural renderer on CUDA needs a staged frame")
-            crops = align_crops(frame.device, [affines[i] for i in todo], size)
+            crops = align_crops(frame.device, [affines[i] for i in todo], size,
+                                graphs=frame.graphs)
             mask = self._mask_t(size, frame.device.device)
             alphas = self._alphas(crops, mask)
             n = crops.shape[0]

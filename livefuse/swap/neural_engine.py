@@ -300,7 +300,7 @@ def stage_plan(config: EngineConfig) -> list[StagePlan]:
                       "once per source face (per frame only with --face-selector reference)"),
             StagePlan("swapper", f"PyTorch port on {device}, {precision}, channels_last + "
                       f"{graph} + fused layers", why),
-            StagePlan("paste-back", f"{device}: one grid_sample per patch size; only the pasted "
+            StagePlan("paste-back", f"{device}: one CUDA graph per patch size; only the pasted "
                       "regions come back", "the frame is uploaded once and stays there"),
         ]
     ort = "onnxruntime CUDA" if device.startswith("cuda") and _ort_cuda() else "onnxruntime CPU"

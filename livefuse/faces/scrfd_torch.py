@@ -330,7 +330,8 @@ class TorchScrfd:
         self._format = torch.channels_last if self.channels_last else torch.contiguous_format
         self.net = net.to(self.device, self.dtype).eval()
         if self.channels_last:
-            self.net = self.net.to(memory_format=torch.channels_last)
+            # Module.to takes memory_format at run time; torch's type stubs omit it
+            self.net = self.net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self._taps: dict[tuple[int, int], _ResizeTaps] = {}
         self._anchors: dict[tuple[int, int], _Anchors] = {}
         self._graphs: dict[Any, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...],

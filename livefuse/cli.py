@@ -27,10 +27,11 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from livefuse.engine import Engine
     from livefuse.imaging import load_image
-    from livefuse.run import check_output_path, run
+    from livefuse.run import check_run_paths, run
 
-    check_output_path(args.output, {"target": args.target, "source": args.source,
-                                    "reference": args.reference})
+    # before the engine and the source: a wrong output path costs no model load or detection
+    check_run_paths(args.target, args.output, {"source": args.source,
+                                               "reference": args.reference})
     config = engine_config(args)
     if config.face_selector == "reference" and args.reference is None:
         raise LivefuseError("--face-selector reference needs --reference PHOTO")

@@ -195,8 +195,33 @@ def check_cameras(platform: str = sys.platform,
             Check("cameras", "info", "not probed on this OS (pick one with --camera N)")]
 
 
+def check_engine(directory: Path | None,
+                 version_of: Callable[[str], str | None] = lambda n: None) -> list[Check]:
+    """Which engine ``run`` and ``live`` use by default here, and whether the classic one (the
+    offline fallback, dlib) can run."""
+    from livefuse.swap.neural_engine import neural_models_present
+
+    neural = neural_models_present(None if directory is None else str(directory))
+    why = ("the neural models are present and verified" if neural else
+           "the neural models are missing (livefuse models fetch det_10g w600k_r50 "
+           "inswapper_128), so the offline classic engine runs")
+    checks = [Check("engine", "ok", f"default: {'neural' if neural else 'classic'}", (why,))]
+    try:
+        import dlib  # noqa: F401
+    except Exception as exc:  # a broken wheel is reported, not raised
+        checks.append(Check("classic engine", "fail" if not neural else "warn",
+                            f"dlib does not import: {exc}", ("pip install dlib-bin",)))
+    else:
+        dlib_v = version_of("dlib-bin") or version_of("dlib") or "?"
+        checks.append(Check("classic engine", "ok", f"dlib {dlib_v} on the CPU: HOG detector, "
+                            "68 landmarks, 128-d descriptors (weights from "
+                            "face-recognition-models)"))
+    return checks
+
+
 def check_stages() -> list[Check]:
-    """Where each stage of the neural frame path runs with the default settings, and why."""
+    """Where each stage of the neural frame path (``neural detector`` ... ``neural paste-back``)
+    runs with the default settings, and why."""
     from livefuse.config import EngineConfig
     from livefuse.swap.neural_engine import stage_plan
 
@@ -204,7 +229,7 @@ def check_stages() -> list[Check]:
         plan = stage_plan(EngineConfig(engine="neural"))
     except Exception as exc:  # a broken torch/onnxruntime install is reported, not raised
         return [Check("stages", "warn", f"cannot plan the neural path: {exc}")]
-    return [Check(f"stage {p.stage}", "info", p.where, (p.why,)) for p in plan]
+    return [Check(f"neural {p.stage}", "info", p.where, (p.why,)) for p in plan]
 
 
 def collect(models_directory: Path | None = None, *,
@@ -212,8 +237,9 @@ def collect(models_directory: Path | None = None, *,
             platform: str = sys.platform,
             sysfs: Path = Path("/sys/class/video4linux")) -> list[Check]:
     """Run every check. Never raises for a missing optional piece."""
-    return [check_python(), *check_torch(), *check_onnxruntime(version_of), *check_stages(),
-            *check_models(models_directory), *check_cameras(platform, sysfs)]
+    return [check_python(), *check_engine(models_directory, version_of), *check_torch(),
+            *check_onnxruntime(version_of), *check_stages(), *check_models(models_directory),
+            *check_cameras(platform, sysfs)]
 
 
 _MARK = {"ok": " ok ", "info": "info", "warn": "WARN", "fail": "FAIL"}

@@ -237,9 +237,10 @@ class Engine:
             faces = [replace(f, embedding=self.analyser.embed(frame.host, f)) for f in faces]
         return faces
 
-    def _find(self, frame: StagedFrame, strict: bool, t_s: float | None) -> tuple[list[Face],
-                                                                                  bool]:
-        """Detect or track, then select: this frame's target faces, and whether it was detected."""
+    def _find(self, frame: StagedFrame, strict: bool, t_s: float | None
+              ) -> tuple[list[Face], bool, int]:
+        """Detect or track, then select: this frame's target faces, whether it was detected, and
+        how many faces it held before selection."""
         cfg = self.config
         carried = self.tracker.carry(frame, self.analyser)
         detected = carried is None
@@ -259,7 +260,7 @@ class Engine:
         self.cache.retain({f.track_id for f in targets})
         if cfg.smooth and t_s is not None:
             targets = self.smoother(targets, t_s)
-        return targets, detected
+        return targets, detected, len(faces)
 
     def _patches(self, frame: StagedFrame, faces: Sequence[Face]
                  ) -> tuple[list[Patch | None], list[Patch | None], list[int], list[Any], int]:
@@ -344,7 +345,7 @@ class Engine:
         t0 = time.perf_counter_ns()
         # still images are not smoothed: the filter needs a sequence of frames
         t_s = None if strict else packet.t_capture_ns / 1e9
-        targets, packet.detected = self._find(staged, strict, t_s)
+        targets, packet.detected, packet.found = self._find(staged, strict, t_s)
         packet.faces = targets
         self._sync()
         packet.timings_ms["detect" if packet.detected else "track"] = _ms(t0)

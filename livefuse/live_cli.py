@@ -46,7 +46,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--virtual-cam", action="store_true", help="send frames to a virtual camera")
     p.add_argument("--record", type=Path, help="also record the output (.mp4, .mkv, .mov)")
     p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
-                   help="pose-similarity cache")
+                   help="pose-similarity cache (on unless --no-cache)")
     p.add_argument("--cache-refresh", type=int, default=CacheConfig.refresh_every_n,
                    help="force a fresh swap after N reused frames")
     p.add_argument("--cache-threshold", type=float, default=CacheConfig.threshold,

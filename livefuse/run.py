@@ -12,7 +12,7 @@ from tqdm import tqdm
 from livefuse.engine import Engine
 from livefuse.errors import MIN_FACE_PX, LivefuseError
 from livefuse.imaging import is_image_path, load_image, save_image
-from livefuse.io.video import is_video_path, probe, transcode
+from livefuse.io.video import OUTPUT_VIDEO_SUFFIXES, is_video_path, probe, transcode
 from livefuse.types import Frame
 
 
@@ -62,9 +62,9 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
     t0 = time.perf_counter()
     packet = engine.process_image(img.bgr)
     assert packet.output is not None
-    summary = RunSummary(target=target, output=output, frames=1, faces_found=len(packet.faces),
+    summary = RunSummary(target=target, output=output, frames=1, faces_found=packet.found,
                          faces_swapped=packet.swapped,
-                         frames_without_face=int(not packet.faces))
+                         frames_without_face=int(packet.found == 0))
     summary.seconds = time.perf_counter() - t0
     if packet.swapped == 0:
         raise NothingSwappedError(f"no face was swapped in '{target}': no face found "
@@ -92,9 +92,9 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True)
         # the clip's own time, not the wall clock: landmark smoothing is in real seconds
         packet = engine.process(frame, index=index, t_capture_ns=round(index * 1e9 / rate),
                                 in_place=True)
-        summary.faces_found += len(packet.faces)
+        summary.faces_found += packet.found
         summary.faces_swapped += packet.swapped
-        summary.frames_without_face += int(not packet.faces)
+        summary.frames_without_face += int(packet.found == 0)
         assert packet.output is not None
         return packet.output
 
@@ -108,7 +108,8 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True)
     summary.frames = result.frames
     notes = list(result.notes)
     notes.append(f"{result.audio_streams_copied} audio stream(s) copied; "
-                 f"{rate_text(result.rate)}; every frame keeps its timestamp")
+                 f"{rate_text(result.rate, result.measured_rate)}; every frame keeps its "
+                 "timestamp")
     summary.notes = tuple(notes)
     if summary.faces_swapped == 0:
         raise NothingSwappedError(
@@ -117,10 +118,17 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True)
     return summary
 
 
-def rate_text(rate: Fraction) -> str:
+VFR_TOLERANCE = 0.02
+"""A clip whose timestamps give a rate this far (relative) from the container's is variable-rate."""
+
+
+def rate_text(rate: Fraction, measured: Fraction | None = None) -> str:
     """A frame rate for people: ``frame rate 30000/1001 (29.97 fps)`` for a standard rate,
     ``average frame rate 9.69 fps`` for a container's average of a variable-rate clip
-    (640000/66053 said nothing)."""
+    (640000/66053 said nothing), and the rate the timestamps give when the container's nominal
+    rate is off by more than :data:`VFR_TOLERANCE` (a Matroska VFR clip says 30)."""
+    if measured is not None and rate and abs(float(measured) / float(rate) - 1) > VFR_TOLERANCE:
+        return f"variable frame rate, {float(measured):.3g} fps on average"
     fps = float(rate)
     if rate.denominator in (1, 1001):
         exact = f"{rate.numerator}/{rate.denominator} " if rate.denominator > 1 else ""
@@ -157,6 +165,21 @@ def run(engine: Engine, target: Path, output: Path, progress: bool = True,
     Raises:
         LivefuseError: unknown suffixes, an output that is an input, or any input problem.
     """
+    check_run_paths(target, output, other_inputs)
+    if is_image_path(target):
+        return run_image(engine, target, output)
+    return run_video(engine, target, output, progress)
+
+
+def check_run_paths(target: Path, output: Path,
+                    other_inputs: dict[str, Path | None] | None = None) -> None:
+    """Everything about ``target`` and ``output`` that can be refused before any work: an
+    output that is an input, a folder, an unknown target type, an output suffix that cannot
+    hold the target's kind (an image output for a video, ``.xyz``).
+
+    Raises:
+        LivefuseError: naming the path and the problem.
+    """
     check_output_path(output, {"target": target, **(other_inputs or {})})
     if target.is_dir():
         raise LivefuseError(f"target '{target}' is a folder; give an image or a video file")
@@ -164,8 +187,10 @@ def run(engine: Engine, target: Path, output: Path, progress: bool = True,
         if not is_image_path(output):
             raise LivefuseError(f"target '{target}' is an image, so the output '{output}' must be "
                                 "an image too (.png, .jpg, ...)")
-        return run_image(engine, target, output)
-    if is_video_path(target):
-        return run_video(engine, target, output, progress)
-    raise LivefuseError(f"target '{target}': unknown file type '{target.suffix}' "
-                        "(images: .jpg .png .webp .bmp .tif; videos: .mp4 .mkv .mov .avi .webm)")
+    elif is_video_path(target):
+        if output.suffix.lower() not in OUTPUT_VIDEO_SUFFIXES:
+            raise LivefuseError(f"target '{target}' is a video, so the output '{output}' must be "
+                                f"{', '.join(sorted(OUTPUT_VIDEO_SUFFIXES))}")
+    else:
+        raise LivefuseError(f"target '{target}': unknown file type '{target.suffix}' (images: "
+                            ".jpg .png .webp .bmp .tif; videos: .mp4 .mkv .mov .avi .webm)")

@@ -126,7 +126,9 @@ class FramePacket:
         index: frame number from the source, starting at 0.
         t_capture_ns: ``time.perf_counter_ns()`` when the frame was captured.
         frame: the input frame ``(H, W, 3) uint8 BGR``; never modified.
-        faces: target faces found (detected or tracked) in this frame.
+        faces: the target faces of this frame (detected or tracked, then selected).
+        found: how many faces the frame held before selection (``faces`` may be fewer, e.g.
+            with ``face_selector='one'``).
         output: the swapped frame, same shape and dtype as ``frame``.
         swapped: how many faces were swapped into ``output``.
         timings_ms: per-stage wall time in ms (``detect``, ``swap``, ``paste``, ...).
@@ -138,6 +140,7 @@ class FramePacket:
     t_capture_ns: int
     frame: Frame
     faces: list[Face] = field(default_factory=list)
+    found: int = 0
     output: Frame | None = None
     swapped: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)

@@ -211,3 +211,20 @@ def test_fused_kernel_check_says_whether_triton_runs_the_norm(
     assert check.detail == ("pip install triton",)
     monkeypatch.setattr(fused_ops, "_adain_op", lambda: object())
     assert doctor.check_fused_kernel().level == "ok"
+
+
+def test_doctor_names_the_engine_that_runs_here(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's doctor listed only the neural stages, which cannot run without models; it
+    now says the classic engine is the default then, and whether dlib imports."""
+    checks = _by_name(doctor.check_engine(tmp_path, _versions(**{"dlib-bin": "19.24.9"})))
+    assert checks["engine"].summary == "default: classic"
+    assert "models fetch" in checks["engine"].detail[0]
+    assert checks["classic engine"].level == "ok"
+    assert checks["classic engine"].summary.startswith("dlib 19.24.9 on the CPU")
+    monkeypatch.setitem(sys.modules, "dlib", None)  # import dlib now raises ImportError
+    broken = _by_name(doctor.check_engine(tmp_path))
+    assert broken["classic engine"].level == "fail"
+    assert broken["classic engine"].detail == ("pip install dlib-bin",)
+    monkeypatch.setattr("livefuse.swap.neural_engine.neural_models_present", lambda d: True)
+    assert _by_name(doctor.check_engine(tmp_path))["engine"].summary == "default: neural"

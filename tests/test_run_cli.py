@@ -62,12 +62,16 @@ def test_target_index_out_of_range(tmp_path: Path, astronaut_path: Path, t1_path
 @pytest.mark.parametrize("selector", [("--face-selector", "one"), ()],
                          ids=["explicit-one", "index-implies-one"])
 def test_target_index_picks_that_face(tmp_path: Path, astronaut_path: Path, t1_path: Path,
-                                      analyser, selector: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+                                      analyser, selector: tuple[str, ...],  # type: ignore[no-untyped-def]
+                                      capsys: pytest.CaptureFixture[str]) -> None:
     """`run` swaps every face by default; --target-face-index alone used to be ignored then
-    (all six swapped, exit 0): it now means that one face."""
+    (all six swapped, exit 0): it now means that one face. The summary still counts the six
+    faces found (it said 1: the selected ones)."""
     out = tmp_path / "out.png"
     assert _run("-s", astronaut_path, "-t", t1_path, "-o", out,
                 *selector, "--target-face-index", "2") == 0
+    text = capsys.readouterr().out
+    assert "faces found:         6" in text and "faces swapped:       1" in text
     t1, res = load_image(t1_path).bgr, load_image(out).bgr
     faces = analyser.detect(t1)
     changed = []
@@ -324,3 +328,21 @@ def test_neural_engine_without_models_names_every_missing_file(
 
     args = build_parser().parse_args(["models", "fetch", "det_10g", "w600k_r50", "inswapper_128"])
     assert args.name == ["det_10g", "w600k_r50", "inswapper_128"]
+
+
+@pytest.mark.parametrize(("target", "output", "says"), [
+    ("t1.jpg", "x.xyz", "is an image, so the output 'x.xyz' must be an image too"),
+    ("t1.jpg", "x.mp4", "is an image, so the output 'x.mp4' must be an image too"),
+    ("clip.mp4", "x.jpg", "is a video, so the output 'x.jpg' must be .m4v, .mkv, .mov, .mp4"),
+    ("clip.mp4", "x.webm", "is a video, so the output 'x.webm' must be"),
+])
+def test_an_impossible_output_is_refused_before_any_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str, output: str,
+        says: str) -> None:
+    """An image target with `-o x.xyz` was refused only after the models, the source and the
+    detection had run (12 s); now before the source is even read (it does not exist here)."""
+    code = main(["run", "--quiet", "-s", str(tmp_path / "no_such_source.png"),
+                 "-t", str(tmp_path / target), "-o", output])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert says in err and "no_such_source" not in err

@@ -242,12 +242,15 @@ def test_test_pattern_moves() -> None:
     assert not np.array_equal(a, b)
 
 
-def test_a_missing_device_node_is_named() -> None:
+def test_a_missing_device_node_is_named(capfd: pytest.CaptureFixture[str]) -> None:
     """With no camera, OpenCV only says it cannot open; on Linux the missing node is the
-    reason, and the line says so (a real VideoCapture on a node that cannot exist)."""
+    reason, and the line says so (a real VideoCapture on a node that cannot exist). It is said
+    before OpenCV tries: given a path, its FFmpeg backend printed five lines of its own."""
     if not sys.platform.startswith("linux"):
         pytest.skip("device nodes are Linux's")
     with pytest.raises(CameraError, match=r"camera /dev/video987: /dev/video987 does not exist"):
         CameraSource("/dev/video987").open()
     with pytest.raises(CameraError, match=r"camera 987: /dev/video987 does not exist"):
         CameraSource(987).open()
+    out, err = capfd.readouterr()
+    assert "video4linux2" not in out + err and "VIDEOIO" not in out + err

@@ -115,3 +115,34 @@ def test_the_summary_says_rates_in_fps() -> None:
     assert rate_text(Fraction(640000, 66053)) == "average frame rate 9.69 fps"
     assert rate_text(Fraction(30000, 1001)) == "frame rate 30000/1001 (29.97 fps)"
     assert rate_text(Fraction(25)) == "frame rate 25 fps"
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
+def test_the_summary_rate_comes_from_the_timestamps(tmp_path: Path, suffix: str) -> None:
+    """A Matroska VFR clip's stream says 30 fps whatever its frames do; the summary gives the
+    average the timestamps give (59 intervals over the clip's span)."""
+    from livefuse.run import rate_text
+
+    times = PATTERNS_MS["burst"]
+    clip = write_vfr_clip(tmp_path / f"in{suffix}", times, audio=False)
+    result = transcode(clip, tmp_path / f"out{suffix}", lambda f, i: f)
+    want = (len(times) - 1) / (times[-1] / 1000)
+    assert result.measured_rate is not None
+    assert abs(float(result.measured_rate) - want) < 1e-6
+    text = rate_text(result.rate, result.measured_rate)
+    # mp4 stores an average close to the timestamps' (its text is "average frame rate ..."),
+    # Matroska a nominal 30 (the text then gives the timestamps' average)
+    fps = float(text.split(" fps")[0].split()[-1])
+    assert abs(fps / want - 1) < 0.02, text
+    if suffix == ".mkv":
+        assert float(result.rate) == 30
+        assert text == f"variable frame rate, {want:.3g} fps on average"
+
+
+def test_a_constant_rate_clip_keeps_its_exact_rate_text(tmp_path: Path) -> None:
+    from livefuse.run import rate_text
+
+    frames = [np.full((48, 64, 3), 10 * i, np.uint8) for i in range(12)]
+    clip = write_clip(frames, tmp_path / "ntsc.mp4", rate=Fraction(30000, 1001))
+    result = transcode(clip, tmp_path / "out.mp4", lambda f, i: f)
+    assert rate_text(result.rate, result.measured_rate) == "frame rate 30000/1001 (29.97 fps)"

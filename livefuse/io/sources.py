@@ -105,13 +105,26 @@ class CameraError(VideoError):
 _CANNOT_OPEN = "cannot be opened (missing, busy, or no permission?)"
 
 
-def _why_not_open(device: int | str) -> str:
-    """Why OpenCV could not open ``device``: a missing Linux device node is said as such."""
+def _missing_node(device: int | str) -> str | None:
+    """On Linux, why ``device`` cannot be a camera when its device node does not exist."""
     node = Path(f"/dev/video{device}") if isinstance(device, int) or str(device).isdigit() \
         else Path(str(device))
     if sys.platform.startswith("linux") and str(node).startswith("/dev/") and not node.exists():
         return f"{node} does not exist (no camera connected, or the driver is not loaded)"
-    return _CANNOT_OPEN
+    return None
+
+
+def _why_not_open(device: int | str) -> str:
+    """Why OpenCV could not open ``device``: a missing Linux device node is said as such."""
+    return _missing_node(device) or _CANNOT_OPEN
+
+
+def _open_cv2(device: int | str) -> Any:
+    """``cv2.VideoCapture``; a device path opens through V4L2 directly (by name OpenCV would
+    hand it to its FFmpeg backend, which prints its own errors to the terminal)."""
+    if isinstance(device, str) and device.startswith("/dev/video") and hasattr(cv2, "CAP_V4L2"):
+        return cv2.VideoCapture(device, cv2.CAP_V4L2)
+    return cv2.VideoCapture(device)
 
 
 class CameraSource:
@@ -130,7 +143,7 @@ class CameraSource:
                  fps: float | None = 30.0, mjpg: bool = True,
                  capture_factory: Callable[[int | str], Any] | None = None) -> None:
         self.device, self.width, self.height, self.fps, self.mjpg = device, width, height, fps, mjpg
-        self._factory = capture_factory or cv2.VideoCapture
+        self._factory = capture_factory or _open_cv2
         self._cap: Any = None
 
     def open(self) -> SourceInfo:
@@ -139,13 +152,15 @@ class CameraSource:
         Raises:
             CameraError: the camera cannot be opened.
         """
+        real = self._factory is _open_cv2  # a fake (tests) says nothing about this machine
+        missing = _missing_node(self.device) if real else None
+        if missing is not None:  # known before OpenCV's backends try (and print) their own
+            raise CameraError(self.device, missing)
         cap = self._factory(self.device)
         if cap is None or not cap.isOpened():
             if cap is not None:
                 cap.release()
-            # a fake capture (tests) says nothing about this machine's device nodes
-            raise CameraError(self.device, _why_not_open(self.device)
-                              if self._factory is cv2.VideoCapture else _CANNOT_OPEN)
+            raise CameraError(self.device, _why_not_open(self.device) if real else _CANNOT_OPEN)
         if self.mjpg:
             cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter.fourcc(*"MJPG"))
         if self.width and self.height:

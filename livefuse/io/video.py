@@ -22,6 +22,8 @@ from livefuse.errors import VideoError
 from livefuse.types import Frame
 
 VIDEO_SUFFIXES = frozenset({".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v"})
+OUTPUT_VIDEO_SUFFIXES = VIDEO_SUFFIXES - {".avi", ".webm"}
+"""Containers :func:`transcode` writes (H.264 plus the input's audio)."""
 DEFAULT_CRF = 18  # x264's "visually lossless" range (17-18) per the x264 / FFmpeg H.264 guide
 
 
@@ -52,6 +54,16 @@ class TranscodeResult:
     rate: Fraction = Fraction(0)
     audio_streams_copied: int = 0
     notes: list[str] = field(default_factory=list)
+    span: Fraction | None = None
+    """Seconds from the first frame's timestamp to the last one's (``None`` without them)."""
+
+    @property
+    def measured_rate(self) -> Fraction | None:
+        """Frames per second between the first and the last timestamp: a variable-rate clip's
+        real average, where the container's nominal ``rate`` can say anything (Matroska: 30)."""
+        if self.span is None or self.span <= 0 or self.frames < 2:
+            return None
+        return (self.frames - 1) / self.span
 
 
 def is_video_path(path: str | os.PathLike[str]) -> bool:
@@ -115,7 +127,7 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
             audio codec the output container cannot hold (the message suggests ``.mkv``).
     """
     s, d = Path(src), Path(dst)
-    if d.suffix.lower() not in VIDEO_SUFFIXES - {".avi", ".webm"}:
+    if d.suffix.lower() not in OUTPUT_VIDEO_SUFFIXES:
         raise VideoError(d, f"unsupported output suffix '{d.suffix}': use .mp4, .mkv or .mov")
     if d.exists() and s.exists() and d.resolve() == s.resolve():
         raise VideoError(d, "output would overwrite the input; choose another output path")
@@ -149,10 +161,11 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
 
             step = max(1, round(1 / (rate * tb)))  # one nominal frame period, in ticks
             last_pts: int | None = None
+            first_pts: int | None = None
             nudged = 0
 
             def encode(img: Frame, pts: int | None) -> None:
-                nonlocal last_pts, nudged
+                nonlocal last_pts, first_pts, nudged
                 if img.shape[:2] != (h, w) or img.dtype != np.uint8:
                     raise VideoError(s, f"frame {result.frames}: processing returned shape "
                                         f"{img.shape} {img.dtype}, expected ({h}, {w}, 3) uint8")
@@ -165,6 +178,8 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                     # a broken input repeats a timestamp; the encoder would refuse it
                     pts, nudged = last_pts + 1, nudged + 1
                 last_pts = pts
+                if first_pts is None:
+                    first_pts = pts
                 vf = av.VideoFrame.from_ndarray(img, format="bgr24")
                 vf.pts, vf.time_base = pts, tb
                 for pkt in vout.encode(vf):
@@ -191,6 +206,8 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                                     f"{exc}{hint}") from exc
         if result.frames == 0:
             raise VideoError(s, "no video frame could be decoded")
+        if first_pts is not None and last_pts is not None:
+            result.span = (last_pts - first_pts) * tb
         if nudged:
             result.notes.append(f"{nudged} frame(s) repeated an earlier timestamp; each was "
                                 "moved one tick later")

@@ -80,9 +80,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """Check every file that is present; exit 1 when one is corrupt."""
     directory = _dir(args)
     bad = 0
+    width = max(len(spec.name) for spec in CATALOG)
     for spec in CATALOG:
         state = dl.status(spec, directory)
-        print(f"{spec.name:20s} {dl.status_text(state)}")
+        print(f"{spec.name:{width}s}  {dl.status_text(state)}")
         if state == "corrupt":
             bad += 1
             print(f"  {directory / spec.filename}: delete it and run "

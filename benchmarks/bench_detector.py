@@ -1,7 +1,7 @@
 """ms per call of face detection (SCRFD det_10g) and recognition (ArcFace w600k_r50): insightface
 on onnxruntime (CPU) against livefuse's PyTorch ports on ``--device``.
 
-Random-weight replicas with the released architectures at full size (``livefuse.models.replicas``;
+Random-weight replicas with the released architectures at full size (``livefuse.testing.replicas``;
 no real weights are needed for speed). The frame is 1920x1080 with the photos of insightface's
 t1.jpg and the astronaut; torch rows take it already on the device (one upload is not counted),
 insightface takes the numpy frame. Times are medians of ``--n`` calls after ``--warmup`` calls,
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from livefuse.faces.arcface_torch import TorchArcFace
 from livefuse.faces.scrfd_torch import TorchScrfd
-from livefuse.models.replicas import (
+from livefuse.testing.replicas import (
     build_arcface_replica,
     build_scrfd_replica,
     calibration_frames,

@@ -33,12 +33,12 @@ from livefuse.bench import bench_quality, git_commit, machine
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage
-from livefuse.models import replicas_masks as R
-from livefuse.models.replicas import build_arcface_replica, build_scrfd_replica
-from livefuse.models.synthetic import build_synthetic_inswapper
 from livefuse.samples import astronaut
 from livefuse.swap.enhance import FaceEnhancer
 from livefuse.swap.neural_engine import NeuralPaths, build_neural
+from livefuse.testing import replicas_masks as R
+from livefuse.testing.replicas import build_arcface_replica, build_scrfd_replica
+from livefuse.testing.synthetic import build_synthetic_inswapper
 from livefuse.types import Frame
 
 

@@ -2,7 +2,7 @@
 
 Random weights with the released architectures (no real weights are needed for speed):
 
-* enhancer: the GFPGAN v1.4 architecture (:class:`livefuse.models.replicas_masks.GFPGANReplica`,
+* enhancer: the GFPGAN v1.4 architecture (:class:`livefuse.testing.replicas_masks.GFPGANReplica`,
   ``--width 1`` = full size, 84 M parameters in the graph) on ``(N, 3, 512, 512)`` device crops;
 * occluder (XSeg signature, 256 px) and parser (BiSeNet signature, 512 px) replicas through
   :class:`~livefuse.swap.masks.Occluder` / :class:`~livefuse.swap.masks.FaceParser` on the
@@ -38,9 +38,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from livefuse.models import replicas_masks as R
 from livefuse.models.graph_runner import TorchGraph
 from livefuse.swap.masks import FaceParser, Occluder
+from livefuse.testing import replicas_masks as R
 
 
 def git_commit() -> str:

@@ -39,10 +39,10 @@ from livefuse.config import AppConfig, CacheConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.faces.analyser import AnyFrame
 from livefuse.imaging import LoadedImage
-from livefuse.models.replicas import build_arcface_replica, build_scrfd_replica
-from livefuse.models.synthetic import build_synthetic_inswapper, face_kps
 from livefuse.samples import astronaut, insightface_image
 from livefuse.swap.neural_engine import NeuralPaths, build_neural
+from livefuse.testing.replicas import build_arcface_replica, build_scrfd_replica
+from livefuse.testing.synthetic import build_synthetic_inswapper, face_kps
 from livefuse.types import Face, Frame
 
 

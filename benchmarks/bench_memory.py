@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from livefuse.models.inswapper_torch import LoadedInswapper
-from livefuse.models.synthetic import random_emap, random_inswapper
 from livefuse.swap.neural import TorchRunner
+from livefuse.testing.synthetic import random_emap, random_inswapper
 
 
 def main() -> None:

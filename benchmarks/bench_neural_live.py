@@ -32,8 +32,8 @@ from livefuse.imaging import LoadedImage
 from livefuse.io.sinks import CallbackSink
 from livefuse.io.sources import FramesSource
 from livefuse.live import LiveRunner
-from livefuse.models.synthetic import build_synthetic_inswapper
 from livefuse.swap.neural_engine import NeuralPaths, build_neural
+from livefuse.testing.synthetic import build_synthetic_inswapper
 from livefuse.types import Frame
 
 

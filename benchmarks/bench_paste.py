@@ -24,9 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from livefuse.models.synthetic import build_synthetic_inswapper, face_kps
 from livefuse.swap.neural import NeuralSwapper
 from livefuse.swap.paste import align_crop, arcface_affine, paste_back
+from livefuse.testing.synthetic import build_synthetic_inswapper, face_kps
 
 
 def median_ms(fn: Callable[[], object], n: int, sync: Callable[[], None] = lambda: None) -> float:

@@ -30,8 +30,8 @@ from livefuse.bench import git_commit, machine
 from livefuse.config import EngineConfig
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage
-from livefuse.models.synthetic import build_synthetic_inswapper
 from livefuse.swap.neural_engine import NeuralPaths, build_neural
+from livefuse.testing.synthetic import build_synthetic_inswapper
 
 
 def frame_with_face(size: tuple[int, int], cell: tuple[int, int], seed: int) -> np.ndarray:

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from livefuse.models.fused_ops import FUSED_OPS
 from livefuse.models.inswapper_torch import LoadedInswapper, parameter_count
-from livefuse.models.synthetic import random_emap, random_inswapper
 from livefuse.swap.neural import TorchRunner
+from livefuse.testing.synthetic import random_emap, random_inswapper
 
 VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("fp32 strict", dict(precision="fp32", tf32=False)),
@@ -166,7 +166,7 @@ def main() -> int:
 
 def _bench_ort(model: torch.nn.Module, n: int, ref: np.ndarray | None) -> None:
     from livefuse.models.runtime import create_session, ensure_fp16_model
-    from livefuse.models.synthetic import export_inswapper
+    from livefuse.testing.synthetic import export_inswapper
 
     g = torch.Generator().manual_seed(0)
     t = torch.rand(1, 3, 128, 128, generator=g).numpy()

@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_frame_path import build, frames_for
 
 from livefuse.config import CacheConfig, EngineConfig
-from livefuse.models.replicas import build_arcface_replica, build_scrfd_replica
-from livefuse.models.synthetic import build_synthetic_inswapper
 from livefuse.swap.neural_engine import NeuralPaths
+from livefuse.testing.replicas import build_arcface_replica, build_scrfd_replica
+from livefuse.testing.synthetic import build_synthetic_inswapper
 
 
 def main() -> None:
@@ -79,8 +79,8 @@ def fp32_batches(device: str) -> None:
     import torch
 
     from livefuse.models.inswapper_torch import LoadedInswapper
-    from livefuse.models.synthetic import random_emap, random_inswapper
     from livefuse.models.torch_runner import TorchRunner
+    from livefuse.testing.synthetic import random_emap, random_inswapper
 
     loaded = LoadedInswapper(model=random_inswapper(128), emap=random_emap(0), path=Path("x"))
     latent = torch.nn.functional.normalize(torch.randn(1, 512), dim=1)

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from livefuse.models.fused_ops import FUSED_OPS
 from livefuse.models.inswapper_torch import LoadedInswapper
-from livefuse.models.synthetic import random_emap, random_inswapper
 from livefuse.swap.neural import TorchRunner
+from livefuse.testing.synthetic import random_emap, random_inswapper
 
 
 def graph_time_us(fn, reps: int = 200) -> float:  # type: ignore[no-untyped-def]

@@ -15,8 +15,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from livefuse.models.inswapper_torch import LoadedInswapper
-from livefuse.models.synthetic import random_emap, random_inswapper
 from livefuse.swap.neural import TorchRunner
+from livefuse.testing.synthetic import random_emap, random_inswapper
 
 
 def main() -> None:

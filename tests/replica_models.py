@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from livefuse.models.replicas import build_arcface_replica, build_scrfd_replica
+from livefuse.testing.replicas import build_arcface_replica, build_scrfd_replica
 
 SCRFD_SEED = 2
 """The SCRFD replica's seed in the tests. Each stride's score threshold sits in the widest gap

@@ -13,10 +13,10 @@ from synthetic_faces import build_arcface, build_scrfd
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage
-from livefuse.models import replicas_masks as R
-from livefuse.models.synthetic import build_synthetic_inswapper
 from livefuse.swap.enhance import FaceEnhancer
 from livefuse.swap.neural_engine import NeuralPaths, build_neural
+from livefuse.testing import replicas_masks as R
+from livefuse.testing.synthetic import build_synthetic_inswapper
 
 
 @pytest.fixture(scope="module")

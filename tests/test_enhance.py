@@ -12,13 +12,13 @@ import torch
 from skimage.transform import SimilarityTransform
 
 from livefuse.faces.align import FFHQ_512, ffhq_affine
-from livefuse.models import replicas_masks as R
 from livefuse.models.download import ModelMissingError
 from livefuse.models.graph_runner import read_io
-from livefuse.models.synthetic import face_kps
 from livefuse.swap import masks as M
 from livefuse.swap.enhance import FaceEnhancer
 from livefuse.swap.paste import align_crop
+from livefuse.testing import replicas_masks as R
+from livefuse.testing.synthetic import face_kps
 
 N = 512
 # Same model, same input, two backends: outputs agree to a uint8 rounding step.

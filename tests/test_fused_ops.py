@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from livefuse.models import fused_ops
 from livefuse.models.inswapper_torch import LoadedInswapper, _adain
-from livefuse.models.synthetic import random_emap, random_inswapper
+from livefuse.testing.synthetic import random_emap, random_inswapper
 
 
 def _gen(seed: int) -> torch.Generator:

@@ -20,10 +20,10 @@ from synthetic_faces import build_arcface, build_scrfd
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage
-from livefuse.models import replicas_masks as R
-from livefuse.models.synthetic import build_synthetic_inswapper
 from livefuse.swap.enhance import FaceEnhancer
 from livefuse.swap.neural_engine import NeuralPaths, build_neural
+from livefuse.testing import replicas_masks as R
+from livefuse.testing.synthetic import build_synthetic_inswapper
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -131,9 +131,9 @@ def test_align_and_paste_graphs_equal_the_eager_functions() -> None:
     """The CUDA graphs of the align and the paste (bound to one work frame, replayed as faces
     move, grow and overlap) write exactly what the eager functions write."""
     from livefuse.faces.align import arcface_affine
-    from livefuse.models.synthetic import face_kps
     from livefuse.swap.gpu_frame import FrameGraphs, align_crops, paste_patches
     from livefuse.swap.paste import feather_mask
+    from livefuse.testing.synthetic import face_kps
     from livefuse.types import Patch
 
     rng = np.random.default_rng(7)

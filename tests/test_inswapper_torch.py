@@ -19,7 +19,7 @@ from livefuse.models.inswapper_torch import (
     load_inswapper_onnx,
     parameter_count,
 )
-from livefuse.models.synthetic import export_inswapper, random_emap, random_inswapper
+from livefuse.testing.synthetic import export_inswapper, random_emap, random_inswapper
 
 
 @pytest.fixture(scope="module")

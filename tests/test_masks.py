@@ -17,10 +17,10 @@ import torch
 from livefuse.faces.align import arcface_affine
 from livefuse.faces.landmarks import mouth_open_ratio
 from livefuse.imaging import load_image
-from livefuse.models import replicas_masks as R
 from livefuse.models.graph_runner import GraphError, GraphIO, read_io
 from livefuse.swap import masks as M
 from livefuse.swap.paste import align_crop, paste
+from livefuse.testing import replicas_masks as R
 from livefuse.types import Patch
 
 S = 128

@@ -14,9 +14,9 @@ from livefuse.cli import main
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.imaging import load_image, save_image
-from livefuse.models.synthetic import build_synthetic_inswapper
 from livefuse.swap.neural_engine import NeuralPaths, build_neural
 from livefuse.swap.paste import arcface_affine
+from livefuse.testing.synthetic import build_synthetic_inswapper
 
 
 @pytest.fixture(scope="module")

@@ -25,9 +25,9 @@ from livefuse.models.runtime import (
     fp16_copy_path,
     provider_name,
 )
-from livefuse.models.synthetic import build_synthetic_inswapper, face_kps
 from livefuse.swap.neural import NeuralSwapError, NeuralSwapper, VramError, check_vram
 from livefuse.swap.paste import align_crop, arcface_affine
+from livefuse.testing.synthetic import build_synthetic_inswapper, face_kps
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # insightface's skimage call
 

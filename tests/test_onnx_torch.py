@@ -312,7 +312,7 @@ def test_every_case_op_is_covered() -> None:
 # ----------------------------------------------------------------------------------- models
 
 def test_synthetic_inswapper_and_faces_match_onnxruntime(tmp_path: Path) -> None:
-    from livefuse.models.synthetic import build_synthetic_inswapper
+    from livefuse.testing.synthetic import build_synthetic_inswapper
 
     swap = build_synthetic_inswapper(tmp_path / "swap.onnx", width=8)
     _compare(swap, {"target": np.random.default_rng(1).random((1, 3, 128, 128), np.float32),

@@ -13,7 +13,6 @@ from insightface.model_zoo.inswapper import INSwapper
 from insightface.utils import face_align
 from skimage import data
 
-from livefuse.models.synthetic import build_synthetic_inswapper, face_kps
 from livefuse.swap.gpu_frame import align_crops, paste_patches
 from livefuse.swap.neural import NeuralSwapper
 from livefuse.swap.paste import (
@@ -26,6 +25,7 @@ from livefuse.swap.paste import (
     rewarp,
     translation,
 )
+from livefuse.testing.synthetic import build_synthetic_inswapper, face_kps
 from livefuse.types import Patch
 
 

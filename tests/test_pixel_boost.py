@@ -9,10 +9,10 @@ import pytest
 import torch
 from skimage import data
 
-from livefuse.models.synthetic import build_synthetic_inswapper, face_kps
 from livefuse.swap.neural import NeuralSwapper
 from livefuse.swap.neural_engine import NeuralRenderer, NeuralSource, explode, implode
 from livefuse.swap.paste import align_crop, arcface_affine
+from livefuse.testing.synthetic import build_synthetic_inswapper, face_kps
 from livefuse.types import Face, StagedFrame
 
 

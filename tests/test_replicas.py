@@ -7,7 +7,7 @@ import pytest
 import torch
 from replica_models import arcface_replica, scrfd_replica
 
-from livefuse.models.replicas import (
+from livefuse.testing.replicas import (
     IResNet50,
     Scrfd10g,
     conv_macs,

@@ -28,7 +28,7 @@ from livefuse.faces.scrfd_torch import (
     resolve_runtime,
 )
 from livefuse.models.onnx_torch import TorchRuntime
-from livefuse.models.replicas import calibration_frames, detector_input
+from livefuse.testing.replicas import calibration_frames, detector_input
 
 FRAMES = ("t1", "astronaut", "frame1080")
 TOL = {"fp32": (0.5, 1e-3), "fp16": (0.5, 1e-3), "bf16": (2.0, 1e-2)}

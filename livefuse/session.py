@@ -111,6 +111,7 @@ class Session:
         self._source_face: LoadedImage | None = None
         self._face: Face | None = None
         self._face_index: int | None = None
+        self._reference: LoadedImage | None = None
         self._runner: LiveRunner | None = None
         self._sinks: dict[_SinkKey, Sink] = {}
         self._lock = threading.Lock()
@@ -189,6 +190,22 @@ class Session:
         elif self._engine is not None:
             self._engine.set_source(image, face_index, face)
 
+    def set_reference(self, image: LoadedImage) -> None:
+        """Use the largest face of ``image`` as the person that ``face_selector='reference'``
+        swaps (the face nearest to it by embedding). Taken like :meth:`set_source_face`: at the
+        next frame boundary when running, now when the engine was prepared, and again on every
+        engine rebuild.
+
+        Raises:
+            NoFaceError: (prepared, not running) the photo has no face.
+        """
+        runner = self._runner
+        if runner is None and self._engine is not None:
+            self._engine.set_reference(image)  # a photo without a face is refused, not kept
+        self._reference = image
+        if runner is not None:
+            runner.apply(reference=image)
+
     def prepare(self) -> EngineLike:
         """Build the engine now, on the calling thread, and set the source face if one was
         given, so a bad model or a photo without a face fails here, with its own error, before
@@ -201,6 +218,8 @@ class Session:
             self._engine = self._engine_factory(self._config)
         if self._source_face is not None:
             self._engine.set_source(self._source_face, self._face_index, self._face)
+        if self._reference is not None:
+            self._engine.set_reference(self._reference)
         return self._engine
 
     def _make_sink(self, key: _SinkKey) -> Sink:
@@ -242,7 +261,8 @@ class Session:
                                 source_face=self._source_face, face_index=self._face_index,
                                 face=self._face, on_status=self._status, metrics=self.metrics,
                                 factory=factory,
-                                max_open_attempts=self._config.capture.max_open_attempts)
+                                max_open_attempts=self._config.capture.max_open_attempts,
+                                reference=self._reference)
             runner.start()
             self._runner = runner
 

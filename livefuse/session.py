@@ -237,7 +237,19 @@ class Session:
         """Make the sink set match the config; returns the sinks to close once let go of."""
         wanted = _wanted(self._config.capture, self._config.output, self._on_frame is not None)
         removed = [s for k, s in self._sinks.items() if k not in wanted]
-        self._sinks = {k: self._sinks.get(k) or self._make_sink(k) for k in wanted}
+        sinks: dict[_SinkKey, Sink] = {}
+        try:
+            for k in wanted:
+                sinks[k] = self._sinks.get(k) or self._make_sink(k)
+        except BaseException:
+            # a sink that cannot be made (a recording path refused): the ones just made for
+            # it go too, or their threads would outlive the failed start
+            for k, sink in sinks.items():
+                if k not in self._sinks:
+                    with contextlib.suppress(Exception):
+                        sink.close()
+            raise
+        self._sinks = sinks
         return removed
 
     # -- running --------------------------------------------------------------------------------

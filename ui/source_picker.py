@@ -172,7 +172,8 @@ class SourcePicker(QWidget):
     Signals:
         source_changed(Path, int): a photo with at least one face was loaded or another face
             chosen; the int is the candidate's index (read the face itself from :attr:`face`).
-        source_failed(str): the photo could not be used; the message names the file and why.
+        source_failed(str): the photo could not be used; the message names the file and why
+            (and the photo still in use, which stays chosen).
     """
 
     source_changed = Signal(object, int)
@@ -276,11 +277,16 @@ class SourcePicker(QWidget):
         self._show_error(text)
 
     def _show_error(self, text: str) -> None:
-        self.analysis = None
-        self.thumb.clear()
-        self.faces.clear()
-        self.faces.hide()
-        self.notes.hide()
+        """Say why the photo chosen cannot be used. A source already in use stays in use (its
+        thumbnail and faces stay shown): a bad pick never leaves the app without a source."""
+        kept = self.analysis
+        if kept is None:
+            self.thumb.clear()
+            self.faces.clear()
+            self.faces.hide()
+            self.notes.hide()
+        else:
+            text = f"{text} Still using {kept.path.name}."
         self.message.setText(text)
         self.message.setStyleSheet("color: #c0392b")
         self.source_failed.emit(text)

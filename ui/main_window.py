@@ -37,7 +37,7 @@ from livefuse_ui.bridge import RunnerBridge
 from livefuse_ui.models_dialog import ModelsDialog
 from livefuse_ui.preview import OverlayInfo, PreviewWidget
 from livefuse_ui.settings_panel import SettingsPanel
-from livefuse_ui.source_picker import SharedAnalyser, SourcePicker
+from livefuse_ui.source_picker import SharedAnalyser, SourcePicker, choose_image
 from livefuse_ui.widgets import ElidedLabel, FpsSpinBox, WheelGuard, guard_wheel
 from livefuse_ui.worker import SerialWorker, run_async
 from PySide6.QtCore import QByteArray, QEvent, QObject, Qt, QTimer
@@ -721,13 +721,9 @@ class MainWindow(QMainWindow):
             self.hide_banner()
 
     def choose_reference(self) -> None:
-        from livefuse.imaging import IMAGE_SUFFIXES
-
-        suffixes = " ".join(f"*{s}" for s in sorted(IMAGE_SUFFIXES))
-        path, _ = QFileDialog.getOpenFileName(self, "Reference photo: the person to swap", "",
-                                              f"Images ({suffixes});;All files (*)")
-        if path:
-            self.load_reference(Path(path))
+        path = choose_image(self, "Reference photo: the person to swap")
+        if path is not None:
+            self.load_reference(path)
 
     def load_reference(self, path: Path) -> None:
         """Load a reference photo for the ``reference`` face selector (thread pool); once it

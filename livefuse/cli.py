@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from livefuse import __version__
-from livefuse.cli_args import HelpFormatter, add_engine_args, engine_config
+from livefuse.cli_args import HelpFormatter, add_engine_args, add_models_dir_arg, choose_engine
 from livefuse.errors import LivefuseError
 
 
@@ -32,7 +32,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # before the engine and the source: a wrong output path costs no model load or detection
     check_run_paths(args.target, args.output, {"source": args.source,
                                                "reference": args.reference})
-    config = engine_config(args)
+    config = choose_engine(args)
     if config.face_selector == "reference" and args.reference is None:
         raise LivefuseError("--face-selector reference needs --reference PHOTO")
     if args.reference is not None and config.face_selector != "reference":
@@ -65,20 +65,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.quality:
         from livefuse.bench import bench_quality
         from livefuse.config import EngineConfig
-
-        engine = args.engine
-        if engine == "auto":
-            from livefuse.swap.neural_engine import neural_models_present
-
-            engine = "neural" if neural_models_present(args.models_dir) else "classic"
         from livefuse.models.catalog import get_spec, models_dir
         from livefuse.models.download import status
+        from livefuse.models.engine_choice import resolve_engine
 
+        base = EngineConfig(engine=args.engine, face_selector="one", models_dir=args.models_dir)
         d = models_dir(args.models_dir)
         have = {n for n in ("gfpgan_1.4", "xseg", "bisenet_resnet34")
                 if status(get_spec(n), d) == "present"}
-        bench_quality(frames=args.frames, base=EngineConfig(
-            engine=engine, face_selector="one", models_dir=args.models_dir),
+        bench_quality(frames=args.frames, base=resolve_engine(base).applied(base),
             enhancer="gfpgan_1.4" if "gfpgan_1.4" in have else None,
             masks={"xseg", "bisenet_resnet34"} <= have)
         return 0
@@ -129,11 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
 
-    from livefuse import live_cli
-    from livefuse.models import cli as models_cli
+    from livefuse import doctor, live_cli, models_cli
 
     models_cli.add_parser(sub)
-    models_cli.add_doctor_parser(sub)
+    doctor.add_parser(sub)
     live_cli.add_parser(sub)
     _gui_parser(sub)
 
@@ -148,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "and masks against their references, on the face region")
     p.add_argument("--engine", choices=("auto", "classic", "neural"), default="auto",
                    help="with --quality: the engine to measure")
-    p.add_argument("--models-dir", default=None, help="neural: model folder")
+    add_models_dir_arg(p, None, "neural: model folder")
     p.set_defaults(func=_cmd_bench)
     return parser
 

@@ -1,4 +1,10 @@
-"""Engine options shared by `livefuse run` and `livefuse live` (choices from livefuse.config)."""
+"""Engine options shared by `livefuse run` and `livefuse live` (choices from livefuse.config).
+
+Parsing only turns flags into an :class:`EngineConfig` (``--engine auto`` stays ``auto``);
+:func:`choose_engine`, called by the command once the arguments are parsed, resolves ``auto``
+through :func:`livefuse.models.engine_choice.resolve_engine` (the one place that does it) and
+refuses options the chosen engine would ignore.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import sys
 from livefuse.config import (
     BACKEND_CHOICES,
     BLEND_CHOICES,
+    ENGINE_REQUEST_CHOICES,
     ENHANCER_CHOICES,
     FACE_MASK_REGION_CHOICES,
     FACE_MASK_TYPE_CHOICES,
@@ -15,12 +22,16 @@ from livefuse.config import (
     PIXEL_BOOST_CHOICES,
     PRECISION_CHOICES,
     ROTATION_CHOICES,
-    RUN_ENGINE_CHOICES,
     EngineConfig,
     FaceSelector,
-    Rotation,
 )
 from livefuse.errors import ConfigError
+from livefuse.models.catalog import MODELS_DIR_ENV
+from livefuse.models.engine_choice import EngineChoice, resolve_engine
+
+RUN_DEFAULTS = EngineConfig(engine="auto")
+"""``livefuse run``'s engine defaults: every face, detection on every frame, rotated faces tried
+(a live session's are :data:`livefuse.config.LIVE_DEFAULTS`)."""
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -35,14 +46,23 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = None,
-                    face_selector: FaceSelector | None = None,
-                    rotation: Rotation | None = None) -> None:
+def add_models_dir_arg(p: argparse.ArgumentParser, default: object = None,
+                       what: str = "models folder") -> None:
+    """``--models-dir DIR`` (``default``: ``None``, or ``argparse.SUPPRESS`` on a sub-command
+    so that a value given before it is kept)."""
+    p.add_argument("--models-dir", default=default,
+                   help=f"{what} (default: ${MODELS_DIR_ENV} or the user data dir)")
+
+
+def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEFAULTS) -> None:
     """Add ``--engine --precision --backend --device --models-dir --face-selector
-    --target-face-index --detect-every --blend --no-keep-mouth``; defaults from EngineConfig
-    unless given here. Every help text names its default itself, so any parser shows them."""
-    d = EngineConfig()
-    p.add_argument("--engine", choices=RUN_ENGINE_CHOICES, default="auto",
+    --target-face-index --detect-every --blend --no-keep-mouth`` and the neural engine's
+    options, each defaulting to its value in ``defaults`` (``livefuse live`` passes
+    :data:`livefuse.config.LIVE_DEFAULTS`' engine). Every help text names its default itself,
+    so any parser shows them."""
+    d = defaults
+    p.set_defaults(engine_defaults=d)
+    p.add_argument("--engine", choices=ENGINE_REQUEST_CHOICES, default=d.engine,
                    help="auto: neural when its models are present and verified, else classic; "
                         "classic: offline, no download; neural: inswapper_128 with buffalo_l's "
                         "det_10g detector and w600k_r50 recogniser (see `livefuse models`) "
@@ -54,10 +74,8 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
                    help="neural: our PyTorch port or onnxruntime (default: %(default)s)")
     p.add_argument("--device", default=d.device,
                    help="neural: auto, cpu, cuda or cuda:N (default: %(default)s)")
-    p.add_argument("--models-dir", default=None,
-                   help="neural: model folder (default: $LIVEFUSE_MODELS_DIR or the user data "
-                        "dir)")
-    selector = face_selector or d.face_selector
+    add_models_dir_arg(p, d.models_dir, "neural: model folder")
+    selector = d.face_selector
     # None = not given: --target-face-index then implies `one` (engine_config)
     p.set_defaults(default_face_selector=selector)
     p.add_argument("--face-selector", choices=FACE_SELECTOR_CHOICES, default=None,
@@ -67,7 +85,7 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
     p.add_argument("--target-face-index", type=int, default=None,
                    help="the one target face to swap, counted left to right from 0 (implies "
                         "--face-selector one) (default: the largest)")
-    p.add_argument("--detect-every", type=int, default=detect_every or d.detect_every,
+    p.add_argument("--detect-every", type=int, default=d.detect_every,
                    metavar="K", help="run detection every K frames and track in between "
                                      "(default: %(default)s)")
     p.add_argument("--blend", choices=BLEND_CHOICES, default=d.blend,
@@ -75,7 +93,7 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
                         "clone, washes identity out) (default: %(default)s)")
     p.add_argument("--no-keep-mouth", dest="keep_mouth", action="store_false",
                    help="do not keep the target's inner mouth (default: kept)")
-    p.add_argument("--rotation", choices=ROTATION_CHOICES, default=rotation or d.rotation,
+    p.add_argument("--rotation", choices=ROTATION_CHOICES, default=d.rotation,
                    help="faces on their side or upside down: auto = try the frame turned by "
                         "90/180/270 degrees when no upright face is found; always = at every "
                         "detection (4x detector cost) (default: %(default)s)")
@@ -117,7 +135,7 @@ _CLASSIC_ONLY = ("blend",)
 def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
     """The options among ``names`` whose value differs from the parser's default (None for the
     mask lists), spelled as on the command line."""
-    d = EngineConfig()
+    d: EngineConfig = args.engine_defaults
     unset: dict[str, object] = {"face_mask_types": None, "face_mask_regions": None,
                                 "face_mask_padding": None}
     return ["--" + n.replace("_", "-") for n in names
@@ -140,34 +158,15 @@ def _face_selector(args: argparse.Namespace) -> FaceSelector:
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
-    """The validated EngineConfig for parsed :func:`add_engine_args` options; ``--engine auto``
-    is resolved here and the choice printed to stderr with its reason.
+    """The validated EngineConfig for parsed :func:`add_engine_args` options, as given:
+    ``--engine auto`` stays ``auto`` (nothing is probed here; see :func:`choose_engine`).
 
     Raises:
-        ConfigError: an option is out of range, or given for an engine that does not read it
-            (``--face-mask-types`` with the classic engine, ``--blend`` with the neural one), or
-            ``--target-face-index`` with a selector other than ``one``.
+        ConfigError: an option is out of range, or ``--target-face-index`` is given with a
+            selector other than ``one``.
     """
-    engine = args.engine
-    models_missing = False
-    if engine == "auto":
-        from livefuse.swap.neural_engine import neural_models_present
-
-        engine = "neural" if neural_models_present(args.models_dir) else "classic"
-        models_missing = engine == "classic"
-        why = "its models are present" if engine == "neural" else \
-            "no neural models installed; see `livefuse models list`"
-        print(f"engine: {engine} ({why})", file=sys.stderr)
-    wrong = _given(args, _NEURAL_ONLY if engine == "classic" else _CLASSIC_ONLY)
-    if wrong:
-        other = "neural" if engine == "classic" else "classic"
-        hint = (" (the neural models are not installed: `livefuse models fetch det_10g "
-                "w600k_r50 inswapper_128`)" if models_missing else f" (--engine {other})")
-        raise ConfigError(f"{' '.join(wrong)}: only the {other} engine uses "
-                          f"{'this option' if len(wrong) == 1 else 'these options'}, and this "
-                          f"run uses the {engine} engine{hint}")
-    d = EngineConfig()
-    return EngineConfig(engine=engine, precision=args.precision, backend=args.backend,
+    d: EngineConfig = args.engine_defaults
+    return EngineConfig(engine=args.engine, precision=args.precision, backend=args.backend,
                         device=args.device, models_dir=args.models_dir,
                         face_selector=_face_selector(args),
                         target_face_index=args.target_face_index,
@@ -179,3 +178,37 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         face_mask_blur=args.face_mask_blur,
                         face_mask_padding=tuple(args.face_mask_padding or d.face_mask_padding),
                         enhancer=args.enhancer, enhancer_blend=args.enhancer_blend).validate()
+
+
+def check_engine_options(args: argparse.Namespace, choice: EngineChoice) -> None:
+    """Refuse the options the chosen engine does not read (they would be ignored silently).
+
+    Raises:
+        ConfigError: ``--face-mask-types`` with the classic engine, ``--blend`` with the neural
+            one, and the like; the message names the options and the way out.
+    """
+    engine = choice.engine
+    wrong = _given(args, _NEURAL_ONLY if engine == "classic" else _CLASSIC_ONLY)
+    if not wrong:
+        return
+    other = "neural" if engine == "classic" else "classic"
+    hint = (" (the neural models are not installed: `livefuse models fetch det_10g "
+            "w600k_r50 inswapper_128`)" if choice.auto_fell_back else f" (--engine {other})")
+    raise ConfigError(f"{' '.join(wrong)}: only the {other} engine uses "
+                      f"{'this option' if len(wrong) == 1 else 'these options'}, and this "
+                      f"run uses the {engine} engine{hint}")
+
+
+def choose_engine(args: argparse.Namespace) -> EngineConfig:
+    """:func:`engine_config` with ``--engine auto`` resolved (the choice and its reason
+    printed to stderr); called by the command, after parsing.
+
+    Raises:
+        ConfigError: see :func:`engine_config` and :func:`check_engine_options`.
+    """
+    config = engine_config(args)
+    choice = resolve_engine(config)
+    if choice.requested == "auto":
+        print(f"engine: {choice.engine} ({choice.reason})", file=sys.stderr)
+    check_engine_options(args, choice)
+    return choice.applied(config)

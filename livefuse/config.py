@@ -18,6 +18,7 @@ import tomli_w
 from livefuse.errors import ConfigError
 
 EngineName = Literal["classic", "neural"]
+EngineRequest = Literal["auto", "classic", "neural"]
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
 Backend = Literal["torch", "onnxruntime"]
 FaceSelector = Literal["one", "many", "reference"]
@@ -26,8 +27,10 @@ CaptureKind = Literal["camera", "video", "test pattern"]
 Rotation = Literal["off", "auto", "always"]
 
 ENGINE_CHOICES: tuple[str, ...] = get_args(EngineName)
-RUN_ENGINE_CHOICES: tuple[str, ...] = ("auto", *ENGINE_CHOICES)
-"""``livefuse run``: ``auto`` = neural when its models are present and verified, else classic."""
+ENGINE_REQUEST_CHOICES: tuple[str, ...] = get_args(EngineRequest)
+"""What a user may ask for (CLI ``--engine``, the app's Engine box): ``auto`` = neural when its
+models are present and verified, else classic, resolved by
+:func:`livefuse.models.engine_choice.resolve_engine` and nowhere else."""
 PRECISION_CHOICES: tuple[str, ...] = get_args(Precision)
 BACKEND_CHOICES: tuple[str, ...] = get_args(Backend)
 FACE_SELECTOR_CHOICES: tuple[str, ...] = get_args(FaceSelector)
@@ -65,7 +68,9 @@ class EngineConfig:
     """How faces are found and swapped.
 
     Attributes:
-        engine: ``classic`` (offline, no download) or ``neural`` (inswapper-class models).
+        engine: ``classic`` (offline, no download), ``neural`` (inswapper-class models) or
+            ``auto`` (neural when its models are present, resolved when the engine is built:
+            :func:`livefuse.models.engine_choice.resolve_engine`).
         precision: ``auto`` picks fp16 on CUDA with compute capability >= 7.0, else fp32.
         backend: runtime for the neural swapper.
         face_selector: ``one`` target face, ``many`` (all), or ``reference`` (nearest to a
@@ -100,7 +105,7 @@ class EngineConfig:
         enhancer_blend: 0..100, how much of the enhancer's output is used.
     """
 
-    engine: EngineName = "classic"
+    engine: EngineRequest = "classic"
     precision: Precision = "auto"
     backend: Backend = "torch"
     face_selector: FaceSelector = "many"
@@ -131,7 +136,7 @@ class EngineConfig:
 
     def validate(self) -> EngineConfig:
         """Return ``self`` or raise :class:`ConfigError` naming the bad field."""
-        _check_choice("engine", self.engine, ENGINE_CHOICES)
+        _check_choice("engine", self.engine, ENGINE_REQUEST_CHOICES)
         _check_choice("precision", self.precision, PRECISION_CHOICES)
         _check_choice("backend", self.backend, BACKEND_CHOICES)
         _check_choice("face_selector", self.face_selector, FACE_SELECTOR_CHOICES)
@@ -272,6 +277,15 @@ class AppConfig:
         return self
 
 
+LIVE_DEFAULTS = AppConfig(
+    engine=EngineConfig(engine="auto", face_selector="one", detect_every=3, rotation="off"))
+"""The defaults of a live session, one set for ``livefuse live``'s flags and the app's first
+start (and for any setting ``settings.toml`` leaves out). Unlike a file job (``livefuse run``:
+every face, detection on every frame, rotated faces tried), a stream swaps the one largest face,
+detects every 3rd frame and tracks in between (the pose cache on), and does not try rotated
+frames (up to 4x the detector's cost on frames without a face)."""
+
+
 def _from_dict(cls: Any, data: dict[str, Any], where: str) -> Any:
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
@@ -300,9 +314,10 @@ _TABLES = {"engine": EngineConfig, "cache": CacheConfig, "capture": CaptureConfi
            "output": OutputConfig}
 
 
-def load_config(path: Path) -> AppConfig:
+def load_config(path: Path, defaults: AppConfig | None = None) -> AppConfig:
     """Read an :class:`AppConfig` from a TOML file with ``[engine]``, ``[cache]``, ``[capture]``
-    and ``[output]`` tables (each optional; missing settings take their defaults).
+    and ``[output]`` tables (each optional; missing settings take their value in ``defaults``,
+    by default the dataclasses' own; the app passes :data:`LIVE_DEFAULTS`).
 
     Raises:
         ConfigError: the file is not valid TOML or holds an unknown or out-of-range setting.
@@ -314,8 +329,10 @@ def load_config(path: Path) -> AppConfig:
     unknown = sorted(set(data) - set(_TABLES))
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
+    base = defaults or AppConfig()
     try:
-        cfg = AppConfig(**{name: _from_dict(cls, data.get(name, {}), f"{path} [{name}]")
+        cfg = AppConfig(**{name: _from_dict(cls, {**dataclasses.asdict(getattr(base, name)),
+                                                  **data.get(name, {})}, f"{path} [{name}]")
                            for name, cls in _TABLES.items()})
     except TypeError as exc:  # a table that is not a table, e.g. `engine = 3`
         raise ConfigError(f"{path}: {exc}") from exc

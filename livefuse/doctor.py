@@ -6,13 +6,14 @@ finding, never a traceback. Nothing here opens a camera (that would switch its l
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import Any, Literal, TextIO
 
 Level = Literal["ok", "info", "warn", "fail"]
 
@@ -197,15 +198,15 @@ def check_cameras(platform: str = sys.platform,
 
 def check_engine(directory: Path | None,
                  version_of: Callable[[str], str | None] = lambda n: None) -> list[Check]:
-    """Which engine ``run`` and ``live`` use by default here, and whether the classic one (the
-    offline fallback, dlib) can run."""
-    from livefuse.swap.neural_engine import neural_models_present
+    """Which engine ``run``, ``live`` and the app use by default here (``auto``), and whether
+    the classic one (the offline fallback, dlib) can run."""
+    from livefuse.config import EngineConfig
+    from livefuse.models.engine_choice import resolve_engine
 
-    neural = neural_models_present(None if directory is None else str(directory))
-    why = ("the neural models are present and verified" if neural else
-           "the neural models are missing (livefuse models fetch det_10g w600k_r50 "
-           "inswapper_128), so the offline classic engine runs")
-    checks = [Check("engine", "ok", f"default: {'neural' if neural else 'classic'}", (why,))]
+    choice = resolve_engine(EngineConfig(
+        engine="auto", models_dir=None if directory is None else str(directory)))
+    neural = choice.engine == "neural"
+    checks = [Check("engine", "ok", f"default: {choice.engine}", (choice.reason,))]
     try:
         import dlib  # noqa: F401
     except Exception as exc:  # a broken wheel is reported, not raised
@@ -253,3 +254,27 @@ def print_report(checks: list[Check], file: TextIO | None = None) -> None:
         print(f"[{_MARK[c.level]}] {c.name.ljust(width)}  {c.summary}", file=out)
         for line in c.detail:
             print(f"       {' ' * width}  {line}", file=out)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Print the environment report; exit 1 when a check failed."""
+    from livefuse.models.catalog import models_dir
+
+    checks = collect(models_directory=models_dir(args.models_dir))
+    print_report(checks, file=sys.stdout)
+    return 1 if any(c.level == "fail" for c in checks) else 0
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``doctor`` on an ``argparse`` sub-parsers object."""
+    from livefuse.cli_args import HelpFormatter, add_models_dir_arg
+
+    p = sub.add_parser(
+        "doctor", help="check Python, torch, onnxruntime, GPU, models, cameras",
+        description="Report what this machine can run and how to fix what it cannot: Python, "
+                    "the default engine, torch and CUDA, the precision 'auto' picks, "
+                    "onnxruntime builds and providers, model files, virtual-camera devices and "
+                    "cameras (none is opened). Exit status 1 when a check failed.",
+        formatter_class=HelpFormatter)
+    add_models_dir_arg(p)
+    p.set_defaults(func=cmd_doctor)

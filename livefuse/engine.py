@@ -26,6 +26,7 @@ from livefuse.faces.selection import choose_source_face, detect_robust, select_t
 from livefuse.faces.smoothing import FaceSmoother
 from livefuse.faces.tracking import FaceTracker, iou
 from livefuse.imaging import LoadedImage
+from livefuse.models.engine_choice import resolve_engine
 from livefuse.swap.paste import Roi, paste_all, rewarp
 
 if TYPE_CHECKING:
@@ -64,7 +65,9 @@ class Engine:
             offline jobs render every frame afresh. It works with every renderer.
         components: ``(analyser, renderer)`` built by the caller (tests, custom models); by
             default the classic parts, or for ``engine='neural'`` the catalog's verified models
-            (:func:`livefuse.swap.neural_engine.build_neural`).
+            (:func:`livefuse.swap.neural_engine.build_neural`); ``engine='auto'`` is resolved
+            here (:func:`livefuse.models.engine_choice.resolve_engine`, kept in
+            :attr:`engine_choice`) while :attr:`config` keeps the request.
         sync_timings: wait for the device at each stage boundary so ``timings_ms`` are the
             stages' own GPU times (benchmarks); off by default (it costs overlap).
         enhancer: a face enhancer built by the caller; by default the one ``config.enhancer``
@@ -83,11 +86,12 @@ class Engine:
                  components: tuple[Analyser, Renderer] | None = None,
                  sync_timings: bool = False, enhancer: FaceEnhancer | None = None) -> None:
         self.config = config.validate()
+        self.engine_choice = resolve_engine(config)
         self.analyser: Analyser
         self.renderer: Renderer
         if components is not None:
             self.analyser, self.renderer = components
-        elif config.engine == "neural":
+        elif self.engine_choice.engine == "neural":
             from livefuse.swap.neural_engine import build_neural
 
             self.analyser, self.renderer = build_neural(config)

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from livefuse.cli_args import HelpFormatter, add_engine_args, engine_config
-from livefuse.config import AppConfig, CacheConfig, CaptureConfig, OutputConfig
+from livefuse.cli_args import HelpFormatter, add_engine_args, choose_engine
+from livefuse.config import LIVE_DEFAULTS, AppConfig, CacheConfig, CaptureConfig, OutputConfig
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import load_image
 from livefuse.metrics import Metrics, start_prometheus
@@ -38,20 +38,23 @@ def add_parser(sub: Any) -> None:
     inp.add_argument("--camera", default="0", help="camera index or device path")
     inp.add_argument("--video", type=Path, help="a video file standing in for the camera")
     p.add_argument("--loop", action="store_true", help="loop --video")
-    p.add_argument("--width", type=int, default=1280, help="requested camera width (px)")
-    p.add_argument("--height", type=int, default=720, help="requested camera height (px)")
-    p.add_argument("--fps", type=float, default=30.0, help="requested camera / output fps")
+    cap, cache = LIVE_DEFAULTS.capture, LIVE_DEFAULTS.cache
+    p.add_argument("--width", type=int, default=cap.width, help="requested camera width (px)")
+    p.add_argument("--height", type=int, default=cap.height,
+                   help="requested camera height (px)")
+    p.add_argument("--fps", type=float, default=cap.fps, help="requested camera / output fps")
     p.add_argument("--open-attempts", type=int, default=OPEN_ATTEMPTS,
                    help="give up after this many failed camera opens in a row")
     p.add_argument("--virtual-cam", action="store_true", help="send frames to a virtual camera")
     p.add_argument("--record", type=Path, help="also record the output (.mp4, .mkv, .mov)")
-    p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
-                   help="pose-similarity cache (on unless --no-cache)")
-    p.add_argument("--cache-refresh", type=int, default=CacheConfig.refresh_every_n,
+    p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=cache.enabled,
+                   help="pose-similarity cache "
+                        f"(default: {'on' if cache.enabled else 'off, --cache turns it on'})")
+    p.add_argument("--cache-refresh", type=int, default=cache.refresh_every_n,
                    help="force a fresh swap after N reused frames")
-    p.add_argument("--cache-threshold", type=float, default=CacheConfig.threshold,
+    p.add_argument("--cache-threshold", type=float, default=cache.threshold,
                    help="similarity (0..1] at or above which a cached swap is reused")
-    add_engine_args(p, detect_every=3, face_selector="one", rotation="off")
+    add_engine_args(p, LIVE_DEFAULTS.engine)
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
     p.add_argument("--duration", type=float, help="stop after S seconds")
     p.set_defaults(func=run_live)
@@ -69,7 +72,7 @@ def app_config(args: argparse.Namespace) -> AppConfig:
         width=args.width, height=args.height, fps=args.fps,
         max_open_attempts=args.open_attempts)
     return AppConfig(
-        engine=engine_config(args),
+        engine=choose_engine(args),
         cache=CacheConfig(enabled=args.cache, threshold=args.cache_threshold,
                           refresh_every_n=args.cache_refresh),
         capture=capture,

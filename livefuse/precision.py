@@ -53,6 +53,27 @@ def probe_device(device: str = "cpu") -> DeviceInfo:
                       compute_capability=tuple(torch.cuda.get_device_capability(idx)))  # type: ignore[arg-type]
 
 
+def device_choices() -> tuple[tuple[str, str], ...]:
+    """The devices the neural engine can be asked to run on here, as ``(device, label)`` pairs:
+    ``auto``, ``cpu``, and ``cuda:N`` (labelled with its name) for every CUDA device torch sees;
+    no CUDA entry without torch or a GPU. The app's Device box lists these.
+
+    Imports torch (about a second): call it off the GUI thread.
+    """
+    choices = [("auto", "auto (CUDA when torch sees a GPU, else CPU)"), ("cpu", "cpu")]
+    try:
+        import torch
+    except ImportError:
+        return tuple(choices)
+    try:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        choices += [(f"cuda:{i}", f"cuda:{i} ({torch.cuda.get_device_name(i)})")
+                    for i in range(count)]
+    except Exception as exc:  # a broken driver or wheel: the CPU is still a choice
+        log.warning("cannot list CUDA devices: %s", exc)
+    return tuple(choices)
+
+
 def _is_gtx16(name: str) -> bool:
     n = name.upper().replace(" ", "")
     return "GTX16" in n

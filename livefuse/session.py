@@ -111,6 +111,7 @@ class Session:
         self._source_face: LoadedImage | None = None
         self._face: Face | None = None
         self._face_index: int | None = None
+        self._reference: LoadedImage | None = None
         self._runner: LiveRunner | None = None
         self._sinks: dict[_SinkKey, Sink] = {}
         self._lock = threading.Lock()
@@ -189,6 +190,22 @@ class Session:
         elif self._engine is not None:
             self._engine.set_source(image, face_index, face)
 
+    def set_reference(self, image: LoadedImage) -> None:
+        """Use the largest face of ``image`` as the person that ``face_selector='reference'``
+        swaps (the face nearest to it by embedding). Taken like :meth:`set_source_face`: at the
+        next frame boundary when running, now when the engine was prepared, and again on every
+        engine rebuild.
+
+        Raises:
+            NoFaceError: (prepared, not running) the photo has no face.
+        """
+        runner = self._runner
+        if runner is None and self._engine is not None:
+            self._engine.set_reference(image)  # a photo without a face is refused, not kept
+        self._reference = image
+        if runner is not None:
+            runner.apply(reference=image)
+
     def prepare(self) -> EngineLike:
         """Build the engine now, on the calling thread, and set the source face if one was
         given, so a bad model or a photo without a face fails here, with its own error, before
@@ -201,6 +218,8 @@ class Session:
             self._engine = self._engine_factory(self._config)
         if self._source_face is not None:
             self._engine.set_source(self._source_face, self._face_index, self._face)
+        if self._reference is not None:
+            self._engine.set_reference(self._reference)
         return self._engine
 
     def _make_sink(self, key: _SinkKey) -> Sink:
@@ -218,7 +237,19 @@ class Session:
         """Make the sink set match the config; returns the sinks to close once let go of."""
         wanted = _wanted(self._config.capture, self._config.output, self._on_frame is not None)
         removed = [s for k, s in self._sinks.items() if k not in wanted]
-        self._sinks = {k: self._sinks.get(k) or self._make_sink(k) for k in wanted}
+        sinks: dict[_SinkKey, Sink] = {}
+        try:
+            for k in wanted:
+                sinks[k] = self._sinks.get(k) or self._make_sink(k)
+        except BaseException:
+            # a sink that cannot be made (a recording path refused): the ones just made for
+            # it go too, or their threads would outlive the failed start
+            for k, sink in sinks.items():
+                if k not in self._sinks:
+                    with contextlib.suppress(Exception):
+                        sink.close()
+            raise
+        self._sinks = sinks
         return removed
 
     # -- running --------------------------------------------------------------------------------
@@ -242,7 +273,8 @@ class Session:
                                 source_face=self._source_face, face_index=self._face_index,
                                 face=self._face, on_status=self._status, metrics=self.metrics,
                                 factory=factory,
-                                max_open_attempts=self._config.capture.max_open_attempts)
+                                max_open_attempts=self._config.capture.max_open_attempts,
+                                reference=self._reference)
             runner.start()
             self._runner = runner
 

@@ -1,4 +1,5 @@
-"""Screenshot of the desktop app on a video input, saved to docs/screenshot.png.
+"""Screenshot of the desktop app on a video input, saved to docs/screenshot.png, and of the
+whole settings column (it scrolls in the window) beside it, as docs/screenshot-settings.png.
 
 Run under a virtual X server (a real window, not the offscreen platform):
 
@@ -25,6 +26,15 @@ from livefuse.samples import astronaut, insightface_image
 
 TIMEOUT_S = 120.0  # generous: the machine may be shared
 FRAMES = 60  # frames shown before the shot, so the metrics overlay has settled
+
+
+def _save(image: object, out: Path) -> bool:
+    """Write a QImage atomically (temp file, then rename)."""
+    tmp = out.with_name(out.name + ".tmp.png")
+    if not image.save(str(tmp)):  # type: ignore[attr-defined]
+        return False
+    os.replace(tmp, out)
+    return True
 
 
 def main() -> int:
@@ -69,14 +79,16 @@ def main() -> int:
             if settle["polls"] < 3:  # let the last frame and the overlay paint
                 return
             image = win.grab().toImage()
+            column = win.side_scroll.widget().grab().toImage()  # every setting, unscrolled
+            side = out.with_name(f"{out.stem}-settings{out.suffix}")
             out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_name(out.name + ".tmp.png")
-            if image.save(str(tmp)):
-                os.replace(tmp, out)
-                result["ok"] = (f"saved {out} ({image.width()}x{image.height()}); "
+            saved = [_save(image, out), _save(column, side)]
+            if all(saved):
+                result["ok"] = (f"saved {out} ({image.width()}x{image.height()}) and {side} "
+                                f"({column.width()}x{column.height()}); "
                                 f"{snap.line() if snap else ''}")
             else:
-                result["error"] = f"cannot write {tmp}"
+                result["error"] = f"cannot write {out} or {side}"
         elif time.monotonic() > deadline:
             result["error"] = f"no frames within {TIMEOUT_S:.0f} s: {win.statuses[-5:]}"
         else:

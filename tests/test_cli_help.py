@@ -8,6 +8,7 @@ import pytest
 
 from livefuse.cli import build_parser
 from livefuse.cli_args import add_engine_args
+from livefuse.config import LIVE_DEFAULTS
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -55,7 +56,7 @@ def test_run_help_shows_the_engine_defaults() -> None:
 def test_engine_args_show_defaults_on_any_parser() -> None:
     """`livefuse live` builds its own parser: the shared options name their defaults."""
     parser = argparse.ArgumentParser()  # the plain formatter, as a caller may use
-    add_engine_args(parser, detect_every=3, face_selector="one")
+    add_engine_args(parser, LIVE_DEFAULTS.engine)
     assert _defaults_shown(parser) == []
     text = " ".join(parser.format_help().split())
     assert "(default: 3)" in text and "(default: one)" in text

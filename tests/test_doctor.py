@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from livefuse import doctor
-from livefuse.models import cli as models_cli
 
 
 def _versions(**installed: str):
@@ -187,7 +186,7 @@ def test_doctor_subcommand_exit_status(tmp_path: Path, monkeypatch: pytest.Monke
                         lambda p, s: [ok("virtual camera", "warn", "none"),
                                       ok("cameras", "info", "none")])
     parser = argparse.ArgumentParser()
-    models_cli.add_doctor_parser(parser.add_subparsers(dest="command"))
+    doctor.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["doctor", "--models-dir", str(tmp_path)])
     assert args.func(args) == 0  # missing models are only "info", a warning is not a failure
     out = capsys.readouterr().out
@@ -226,5 +225,5 @@ def test_doctor_names_the_engine_that_runs_here(tmp_path: Path,
     broken = _by_name(doctor.check_engine(tmp_path))
     assert broken["classic engine"].level == "fail"
     assert broken["classic engine"].detail == ("pip install dlib-bin",)
-    monkeypatch.setattr("livefuse.swap.neural_engine.neural_models_present", lambda d: True)
+    monkeypatch.setattr("livefuse.models.engine_choice.neural_models_present", lambda d: True)
     assert _by_name(doctor.check_engine(tmp_path))["engine"].summary == "default: neural"

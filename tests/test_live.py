@@ -3,6 +3,7 @@ backend stands in for the virtual camera device."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -129,12 +130,16 @@ class _Passthrough:
         self.source = source
         self.seen: list[tuple[int, int]] = []
         self.applied: list[EngineConfig] = []
+        self.references: list[LoadedImage] = []
         self.cache = PoseCache(CacheConfig(enabled=False))
         self.precision_in_use = "n/a (stub)"
 
     def set_source(self, image: LoadedImage, face_index: int | None = None,
                    face: Any = None) -> None:
         pass
+
+    def set_reference(self, image: LoadedImage) -> None:
+        self.references.append(image)
 
     def stage(self, frame: Frame) -> StagedFrame:
         return StagedFrame(host=frame)
@@ -265,6 +270,42 @@ def test_apply_changes_settings_at_a_frame_boundary(source_face: LoadedImage) ->
     assert len(built) == 2 and built[1].engine.detect_every == 8
     assert runner.config.engine.precision == "fp16"
     assert runner.stop(1.0)
+
+
+def test_a_reference_photo_reaches_the_engine_and_survives_a_rebuild(
+        source_face: LoadedImage) -> None:
+    """The app's reference photo (face selector `reference`) is handed over like the source
+    face: taken at a frame boundary, set again on every engine a setting change rebuilds."""
+    from livefuse.session import Session
+
+    engines: list[_Passthrough] = []
+
+    def factory(cfg: AppConfig) -> Any:
+        engines.append(_Passthrough())
+        return engines[-1]
+
+    ref = dataclasses.replace(source_face, path=Path("reference.png"))
+    session = Session(AppConfig(), engine_factory=factory,
+                      source_factory=lambda c: ImageSource(np.zeros((48, 64, 3), np.uint8), 100))
+    session.set_source_face(source_face)
+    assert session.prepare() is engines[0]  # `livefuse live` prepares its engine
+    session.set_reference(ref)  # prepared, not running: taken now
+    assert engines[0].references == [ref]
+    engines.clear()
+    session = Session(AppConfig(), engine_factory=factory,  # the app lets the runner build it
+                      source_factory=lambda c: ImageSource(np.zeros((48, 64, 3), np.uint8), 100))
+    session.set_source_face(source_face)
+    session.set_reference(ref)
+    session.start()
+    try:
+        assert _wait(lambda: len(engines) == 1 and engines[0].references == [ref], 10)
+        other = dataclasses.replace(ref, path=Path("other.png"))
+        session.set_reference(other)
+        assert _wait(lambda: engines[0].references[-1] is other, 10)
+        session.apply(AppConfig(engine=EngineConfig(precision="fp16")))  # a model reload
+        assert _wait(lambda: len(engines) == 2 and engines[1].references == [other], 10)
+    finally:
+        assert session.stop(2.0)
 
 
 def test_start_stop_cycles_leave_no_thread() -> None:

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from loopback_http import Served, serve
 
+from livefuse import models_cli
 from livefuse.models import catalog
-from livefuse.models import cli as models_cli
 from livefuse.models import download as dl
 from livefuse.models.archive import install_members
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from livefuse import models_cli
 from livefuse.errors import LivefuseError
 from livefuse.models import catalog
-from livefuse.models import cli as models_cli
 from livefuse.models import download as dl
 
 

@@ -10,7 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from livefuse.precision import DeviceInfo, bad_output_reason, probe_device, resolve_precision
+from livefuse.config import EngineConfig
+from livefuse.precision import (
+    DeviceInfo,
+    bad_output_reason,
+    device_choices,
+    probe_device,
+    resolve_precision,
+)
 
 H200 = DeviceInfo("cuda", "NVIDIA H200", (9, 0))
 T4 = DeviceInfo("cuda", "Tesla T4", (7, 5))
@@ -58,6 +65,7 @@ def _fake_torch(available: bool, names: dict[int, tuple[str, tuple[int, int]]]) 
     """A stand-in for ``torch`` with a fixed CUDA answer (device index -> name, capability)."""
     cuda = types.SimpleNamespace(
         is_available=lambda: available,
+        device_count=lambda: len(names) if available else 0,
         get_device_name=lambda i: names[i][0],
         get_device_capability=lambda i: names[i][1])
 
@@ -86,6 +94,20 @@ def test_probe_cuda_reads_the_named_device(monkeypatch: pytest.MonkeyPatch) -> N
 def test_probe_cuda_without_a_gpu_falls_back_to_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", _fake_torch(False, {}))
     assert probe_device("cuda:0") == CPU
+
+
+def test_device_choices_list_every_cuda_device_torch_sees(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The app's Device box: auto, cpu and one cuda:N per GPU, from torch, never a fixed list."""
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(True, {
+        0: ("NVIDIA GeForce GTX 1660 SUPER", (7, 5)), 1: ("NVIDIA H200", (9, 0))}))
+    choices = dict(device_choices())
+    assert list(choices) == ["auto", "cpu", "cuda:0", "cuda:1"]
+    assert choices["cuda:1"] == "cuda:1 (NVIDIA H200)"
+    for device in choices:
+        EngineConfig(device=device).validate()  # every choice is a valid setting
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(False, {}))
+    assert [d for d, _ in device_choices()] == ["auto", "cpu"]
 
 
 def test_guard_reasons() -> None:

@@ -11,6 +11,12 @@ order, so the GUI never waits for a thread join, a camera switch or a face detec
 opens on the session's capture thread and the engine is built on its inference thread; preview
 frames and status lines come back through :class:`RunnerBridge`; metrics are read, the photo
 analysed and the settings written on the thread pool.
+
+Telling the user: every status line goes to the status bar (one line, shortened with "…" when
+it must be, the whole text in its tooltip) and to the log (View ▸ Log, every line in full). A
+problem that stops the user (the session cannot start, settings cannot be applied, model files
+are missing) shows in a banner above the preview, word-wrapped, with the button that fixes it
+(Manage models…) where there is one.
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from livefuse_ui.bridge import RunnerBridge
 from livefuse_ui.models_dialog import ModelsDialog
 from livefuse_ui.preview import OverlayInfo, PreviewWidget
 from livefuse_ui.settings_panel import SettingsPanel
-from livefuse_ui.source_picker import SharedAnalyser, SourcePicker
-from livefuse_ui.widgets import FpsSpinBox, WheelGuard, guard_wheel
+from livefuse_ui.source_picker import SharedAnalyser, SourcePicker, choose_image
+from livefuse_ui.widgets import ElidedLabel, FpsSpinBox, WheelGuard, guard_wheel
 from livefuse_ui.worker import SerialWorker, run_async
 from PySide6.QtCore import QByteArray, QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence
@@ -41,8 +47,10 @@ from PySide6.QtWidgets import (
     QApplication,
     QCheckBox,
     QComboBox,
+    QDockWidget,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -53,24 +61,30 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QStackedWidget,
     QTextEdit,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from livefuse.config import (
     CAPTURE_CHOICES,
+    LIVE_DEFAULTS,
     RESOLUTION_CHOICES,
     AppConfig,
     CaptureConfig,
+    EngineConfig,
     default_config_path,
     load_config,
     save_config,
 )
-from livefuse.errors import LivefuseError
-from livefuse.imaging import atomic_write_bytes
+from livefuse.errors import LivefuseError, NoFaceError
+from livefuse.imaging import LoadedImage, atomic_write_bytes, load_image
 from livefuse.io.sources import Source, v4l2_devices
 from livefuse.live import EngineFactory, EngineLike, default_engine_factory
 from livefuse.metrics import MetricsSnapshot
+from livefuse.models.download import ModelMissingError, ModelVerifyError
+from livefuse.models.engine_choice import EngineChoice, models_error, resolve_engine
+from livefuse.precision import device_choices
 from livefuse.session import Session, build_source
 
 log = logging.getLogger("livefuse_ui")
@@ -80,6 +94,8 @@ APPLY_DELAY_MS = 300  # settings edits are handed to the session once they pause
 SAVE_DELAY_MS = 300
 QUIT_JOIN_S = 10.0  # at quit: the session stop (threads, sinks, a recording's last write)
 START_SHORTCUTS = ("Space", "Ctrl+R")
+LOG_LINES = 2000  # the log view keeps this many status lines
+RECORD_FILTER = "Videos (*.mp4 *.mkv *.mov)"
 
 
 @dataclass(frozen=True)
@@ -92,11 +108,13 @@ class GuiState:
         face_box: the chosen face's box in that photo (x1, y1, x2, y2); matched by position
             at the next start, so it survives a change of the detector or of the choice rule.
         geometry: the window geometry (``QWidget.saveGeometry``, hex).
+        reference_path: the reference photo of the ``reference`` face selector.
     """
 
     source_path: str = ""
     face_box: tuple[float, ...] = ()
     geometry: str = ""
+    reference_path: str = ""
 
 
 def gui_state_path(config_path: Path) -> Path:
@@ -110,7 +128,8 @@ def load_gui_state(path: Path) -> GuiState:
         box = tuple(float(v) for v in data.get("face_box", ()))
         return GuiState(source_path=str(data.get("source_path", "")),
                         face_box=box if len(box) == 4 else (),
-                        geometry=str(data.get("geometry", "")))
+                        geometry=str(data.get("geometry", "")),
+                        reference_path=str(data.get("reference_path", "")))
     except (OSError, tomllib.TOMLDecodeError, TypeError, ValueError):
         return GuiState()
 
@@ -131,7 +150,7 @@ def app_engine_factory(analyser: SharedAnalyser) -> EngineFactory:
     needs the models loaded again): the classic engine reuses the app's one dlib analyser."""
 
     def build(config: AppConfig) -> EngineLike:
-        if config.engine.engine == "classic":
+        if resolve_engine(config.engine).engine == "classic":
             from livefuse.engine import Engine
 
             return Engine(config.engine, analyser=analyser.get(), cache=config.cache)
@@ -146,6 +165,21 @@ def list_cameras() -> list[tuple[str, str]]:
     if sys.platform.startswith("linux"):
         return [(dev, f"{name} ({dev})") for dev, name in v4l2_devices()]
     return [(str(i), f"camera {i}") for i in range(4)]
+
+
+def load_reference(path: Path, analyser: SharedAnalyser) -> LoadedImage:
+    """Load a reference photo and check that it shows a face (thread pool).
+
+    Raises:
+        ImageLoadError: the file is missing or not an image.
+        NoFaceError: no face in it.
+    """
+    from livefuse.faces.selection import detect_robust
+
+    image = load_image(path)
+    if not detect_robust(analyser.get(), image.bgr):
+        raise NoFaceError(path, "reference photo")
+    return image
 
 
 def _size_key(w: int, h: int) -> str:
@@ -228,6 +262,10 @@ class MainWindow(QMainWindow):
         self.metrics_updates = 0
         self.frames_since_start = 0
         self.statuses: list[str] = []
+        self.reference: LoadedImage | None = None
+        self._banner_models = False  # the banner is about model files (Manage models fixes it)
+        self._banner_settings = False  # ... and it is the warning about the settings shown
+        self._devices_asked = False  # torch's devices are listed once, for the neural engine
         self._running = False
         self._metrics_busy = False
         self._capture_open = False
@@ -237,6 +275,7 @@ class MainWindow(QMainWindow):
         # Read once, before the window exists: a small TOML file, the settings everything
         # below is built from.
         self.config, load_error = self._load_config()
+        self._in_force = self.config  # the last config the session took
         self.state = load_gui_state(gui_state_path(self.config_path))
 
         self.bridge = RunnerBridge(self)
@@ -254,6 +293,8 @@ class MainWindow(QMainWindow):
         self.picker.source_failed.connect(self._on_status)
         self.settings = SettingsPanel(self.config)
         self.settings.edited.connect(self._settings_edited)
+        self.settings.reference_requested.connect(self.choose_reference)
+        self.settings.record_path_requested.connect(self.choose_record_path)
         self.mirror = QCheckBox("Mirror preview")
         self.mirror.setToolTip("Flip the preview only (never the virtual camera or a "
                                "recording). Default: on for a camera, off for a video file")
@@ -283,11 +324,16 @@ class MainWindow(QMainWindow):
         column.addWidget(self.side_scroll, 1)
         column.addWidget(self.mirror)
         column.addWidget(self.start_button)
+        self._build_banner()
+        left = QVBoxLayout()
+        left.addWidget(self.banner)
+        left.addWidget(self.preview, 1)
         central = QWidget()
         cl = QHBoxLayout(central)
-        cl.addWidget(self.preview, 1)
+        cl.addLayout(left, 1)
         cl.addLayout(column)
         self.setCentralWidget(central)
+        self._build_log()
         self._build_actions()
         self.resize(1280, 760)
         if self.state.geometry:
@@ -305,9 +351,13 @@ class MainWindow(QMainWindow):
             app.installEventFilter(self._space)
         if self.state.source_path:
             self.picker.load(Path(self.state.source_path), prefer_box=self.state.face_box)
+        if self.state.reference_path:
+            self.load_reference(Path(self.state.reference_path))
         if load_error:
             self._on_status(load_error)
         run_async(list_cameras, self._cameras_listed)
+        self._list_devices()
+        self.check_models()
 
     # -- construction --------------------------------------------------------------------------
     def _timer(self, ms: int, slot: Callable[[], None], single: bool = True) -> QTimer:
@@ -318,12 +368,72 @@ class MainWindow(QMainWindow):
         return t
 
     def _load_config(self) -> tuple[AppConfig, str]:
+        """``settings.toml``; the live defaults (those of ``livefuse live``) for a first start
+        and for every setting the file leaves out."""
         if not self.config_path.is_file():
-            return AppConfig(), ""
+            return LIVE_DEFAULTS, ""
         try:
-            return load_config(self.config_path), ""
+            return load_config(self.config_path, LIVE_DEFAULTS), ""
         except LivefuseError as exc:
-            return AppConfig(), f"settings not restored: {exc}"
+            return LIVE_DEFAULTS, f"settings not restored: {exc}"
+
+    def _build_banner(self) -> None:
+        """A problem the user must act on, above the preview: the whole text, wrapped, with the
+        button that fixes it where there is one."""
+        self.banner = QFrame()
+        self.banner.setObjectName("banner")
+        self.banner.setStyleSheet("#banner { background: #fdecea; border: 1px solid #c0392b; "
+                                  "border-radius: 4px; } QLabel { color: #7b241c; }")
+        self.banner_text = QLabel()
+        self.banner_text.setWordWrap(True)
+        self.banner_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.banner_models = QPushButton("Manage models…")
+        self.banner_models.clicked.connect(self.open_models)
+        close = QToolButton()
+        close.setText("×")
+        close.setToolTip("Hide (the log keeps the message)")
+        close.clicked.connect(self.hide_banner)
+        lay = QHBoxLayout(self.banner)
+        lay.addWidget(self.banner_text, 1)
+        lay.addWidget(self.banner_models, 0, Qt.AlignmentFlag.AlignTop)
+        lay.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+        self.banner.hide()
+
+    def show_banner(self, text: str, models: bool = False) -> None:
+        """Show ``text`` in full above the preview; ``models``: with Manage models…"""
+        self._banner_models, self._banner_settings = models, False
+        self.banner_text.setText(text)
+        self.banner_models.setVisible(models)
+        self.banner.show()
+
+    def hide_banner(self) -> None:
+        self._banner_models = self._banner_settings = False
+        self.banner.hide()
+
+    def _build_log(self) -> None:
+        """Every status line in full (View ▸ Log, or a click on the status bar)."""
+        self.log_view = QPlainTextEdit()
+        self.log_view.setReadOnly(True)
+        self.log_view.setMaximumBlockCount(LOG_LINES)
+        self.log_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.log_dock = QDockWidget("Log", self)
+        self.log_dock.setObjectName("log")
+        self.log_dock.setWidget(self.log_view)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.log_dock)
+        self.log_dock.hide()
+        self.status_line = ElidedLabel()
+        self.status_line.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.status_line.clicked.connect(self.show_log)
+        self.statusBar().addWidget(self.status_line, 1)
+        log_button = QToolButton()
+        log_button.setText("Log")
+        log_button.setToolTip("Every status message in full (View ▸ Log)")
+        log_button.clicked.connect(self.show_log)
+        self.statusBar().addPermanentWidget(log_button)
+
+    def show_log(self) -> None:
+        self.log_dock.show()
+        self.log_dock.raise_()
 
     def _build_input_box(self) -> None:
         self.input_box = QGroupBox("Input")
@@ -392,6 +502,9 @@ class MainWindow(QMainWindow):
         mirror.setShortcut(QKeySequence("Ctrl+M"))
         mirror.triggered.connect(self.mirror.toggle)
         view.addAction(mirror)
+        log_action = self.log_dock.toggleViewAction()
+        log_action.setShortcut(QKeySequence("Ctrl+L"))
+        view.addAction(log_action)
         models = menu.addMenu("&Models")
         manage = QAction("Manage models…", self)
         manage.triggered.connect(self.open_models)
@@ -443,10 +556,52 @@ class MainWindow(QMainWindow):
         self._update_overlay()
 
     def _apply_now(self) -> None:
+        """Hand the config to the session (control thread). Model files the new settings need
+        are checked first: while running, settings that cannot load keep the stream as it is
+        (the window goes back to the settings in force and says why); while stopped they are
+        kept, the banner says what is missing, and Start refuses until it is installed."""
         self._apply_timer.stop()
         cfg, session = self.config, self.session
-        self._control.submit(lambda: session.apply(cfg),
-                             failed=lambda exc: self._on_status(f"settings not applied: {exc}"))
+
+        def job() -> LivefuseError | None:
+            problem = models_error(cfg.engine)
+            if problem is not None and session.running:
+                raise problem
+            session.apply(cfg)
+            return problem
+
+        self._control.submit(job, done=lambda problem: self._applied(cfg, problem),
+                             failed=lambda exc: self._apply_failed(cfg, exc))
+
+    def _applied(self, cfg: AppConfig, problem: LivefuseError | None) -> None:
+        self._in_force = cfg
+        if problem is not None:
+            text = (f"These settings need model files that are not usable yet: {problem}. "
+                    "Start is refused until they are installed.")
+            if not (self.banner.isVisible() and self.banner_text.text() == text):
+                self._on_status(f"the settings need model files: {problem}")
+                self.show_banner(text, models=True)
+                self._banner_settings = True
+        elif self._banner_settings:
+            self.hide_banner()
+
+    def _apply_failed(self, cfg: AppConfig, exc: BaseException) -> None:
+        models = isinstance(exc, (ModelMissingError, ModelVerifyError))
+        kept = "the stream keeps its settings" if self._running else "not taken"
+        self._on_status(f"settings not applied: {exc}")
+        self.show_banner(f"Settings not applied ({kept}): {exc}", models=models)
+        if self.config is cfg:  # no newer edit: back to the settings in force, shown and held
+            self._show_config(self._in_force)
+            self._apply_timer.start()
+
+    def _show_config(self, cfg: AppConfig) -> None:
+        """Show ``cfg`` in every widget (no edit emitted) and keep it as the window's config."""
+        self.config = cfg
+        self.settings.set_config(cfg)
+        self._show_capture(cfg.capture)
+        self._sync_mirror()
+        self._save_timer.start()
+        self._update_overlay()
 
     def flush_settings(self) -> None:
         """Hand a pending (debounced) edit to the session now."""
@@ -460,6 +615,7 @@ class MainWindow(QMainWindow):
             self.settings.set_error(str(exc))
             return
         self.settings.set_error("")
+        self._list_devices()
         self._set_config(cfg)
 
     def _capture_edited(self, *_: object) -> None:
@@ -491,7 +647,9 @@ class MainWindow(QMainWindow):
         else:
             src, box = str(analysis.path), tuple(round(float(v), 1) for v in face.bbox)
         geometry = bytes(self.saveGeometry().toHex().data()).decode("ascii")
-        return GuiState(source_path=src, face_box=box, geometry=geometry)
+        ref = self.state.reference_path if self.reference is None or \
+            self.reference.path is None else str(self.reference.path)
+        return GuiState(source_path=src, face_box=box, geometry=geometry, reference_path=ref)
 
     def _save_async(self) -> None:
         cfg, state, path = self.config, self.current_state(), self.config_path
@@ -526,8 +684,81 @@ class MainWindow(QMainWindow):
 
     def open_models(self) -> ModelsDialog:
         dlg = ModelsDialog(self.models_directory, self)
+        dlg.finished.connect(lambda _: self.check_models())  # models may have come or gone
         dlg.show()
         return dlg
+
+    def _list_devices(self) -> None:
+        """Ask torch for its devices (thread pool) once the neural engine is chosen: importing
+        torch takes a second and ~300 MB, which the classic engine never needs."""
+        if self._devices_asked or not self.settings.neural:
+            return
+        self._devices_asked = True
+        run_async(device_choices, self._devices_listed)
+
+    def _devices_listed(self, devices: tuple[tuple[str, str], ...]) -> None:
+        if not self._closed:
+            self.settings.set_devices(devices)
+
+    def check_models(self) -> None:
+        """Ask (thread pool: the first check of a new file hashes it) what ``auto`` runs here
+        and whether the settings' model files are usable; the panel and the banner follow."""
+        engine = self.config.engine
+
+        def job() -> tuple[EngineChoice, LivefuseError | None]:
+            auto = resolve_engine(EngineConfig(engine="auto", models_dir=engine.models_dir))
+            return auto, models_error(engine)
+
+        run_async(job, self._models_checked)
+
+    def _models_checked(self, result: tuple[EngineChoice, LivefuseError | None]) -> None:
+        if self._closed:
+            return
+        auto, problem = result
+        self.settings.set_engine_choice(auto)
+        self._list_devices()
+        if problem is None and self._banner_models:
+            self.hide_banner()
+
+    def choose_reference(self) -> None:
+        path = choose_image(self, "Reference photo: the person to swap")
+        if path is not None:
+            self.load_reference(path)
+
+    def load_reference(self, path: Path) -> None:
+        """Load a reference photo for the ``reference`` face selector (thread pool); once it
+        shows a face it goes to the session. A photo that cannot be used leaves the one in use
+        in place."""
+        analyser = self.analyser
+        run_async(lambda: load_reference(path, analyser), self._reference_loaded,
+                  lambda exc: self._reference_failed(path, exc))
+
+    def _reference_loaded(self, image: LoadedImage) -> None:
+        if self._closed:
+            return
+        self.reference = image
+        self.settings.set_reference(image.path)
+        session = self.session
+        self._control.submit(lambda: session.set_reference(image),
+                             failed=lambda exc: self._on_status(f"reference photo: {exc}"))
+        self._save_timer.start()
+        self._settings_edited()  # a reference selector waiting for its photo is valid now
+
+    def _reference_failed(self, path: Path, exc: BaseException) -> None:
+        if self._closed:
+            return
+        text = str(exc) if isinstance(exc, LivefuseError) else \
+            f"cannot use '{path}': {type(exc).__name__}: {exc}"
+        kept = f" (still using {self.reference.path.name})" if self.reference is not None \
+            and self.reference.path is not None else ""
+        self.settings.set_reference(None, error=f"{text}{kept}")
+        self._on_status(f"reference photo not used: {text}{kept}")
+
+    def choose_record_path(self) -> None:
+        current = self.settings.record_path or str(Path.home() / "livefuse-recording.mp4")
+        path, _ = QFileDialog.getSaveFileName(self, "Record to", current, RECORD_FILTER)
+        if path:
+            self.settings.set_record_path(path)
 
     def _source_chosen(self, path: Path, index: int) -> None:
         analysis, face = self.picker.analysis, self.picker.face
@@ -575,6 +806,10 @@ class MainWindow(QMainWindow):
         if capture.kind == "video" and not capture.video:
             self._on_status("choose a video file first (Input → video)")
             return False
+        if self.config.engine.face_selector == "reference" and self.reference is None:
+            self._on_status("choose a reference photo first (Target faces → Choose reference "
+                            "photo…), or another face selector")
+            return False
         self.flush_settings()
         self._running = True
         self._capture_open, self._opened = False, ""
@@ -583,7 +818,17 @@ class MainWindow(QMainWindow):
         self._metrics_timer.start()
         self._set_input_status(f"{self._input_name()}: opening…")
         self._on_status(f"starting: {self._input_name()}")
-        self._control.submit(self.session.start, failed=self._start_failed)
+        cfg, session = self.config, self.session
+
+        def start() -> None:
+            # After the queued apply: the model files these settings load, all named at once,
+            # before any thread starts (the inference thread would fail on the first one only).
+            problem = models_error(cfg.engine)
+            if problem is not None:
+                raise problem
+            session.start()
+
+        self._control.submit(start, failed=self._start_failed)
         return True
 
     def _start_failed(self, exc: BaseException) -> None:
@@ -592,6 +837,16 @@ class MainWindow(QMainWindow):
         self._metrics_timer.stop()
         self._set_input_status("")
         self._on_status(f"cannot start: {exc}")
+        self.show_banner(f"Cannot start: {exc}",
+                         models=isinstance(exc, (ModelMissingError, ModelVerifyError)))
+
+    def _engine_failed(self, text: str) -> None:
+        """The engine could not be built on the inference thread (a model that fails to load,
+        a missing runtime): nothing can run, so stop instead of showing a stream that is not
+        there."""
+        self.stop()
+        why = text.removeprefix("engine error: ")
+        self.show_banner(f"Cannot start: {why}", models="model" in why.lower())
 
     def stop(self) -> None:
         """Stop the session on the control thread (threads joined, sinks closed there)."""
@@ -691,7 +946,10 @@ class MainWindow(QMainWindow):
         self.statuses.append(text)
         del self.statuses[:-200]
         shown = self._show_capture_status(text)
-        self.statusBar().showMessage(shown or text, 8000)
+        self.status_line.set_full_text(shown or text)
+        self.log_view.appendPlainText(f"{time.strftime('%H:%M:%S')}  {shown or text}")
+        if text.startswith("engine error: ") and self._running and self.session.engine is None:
+            self._engine_failed(text)
         if text.startswith("virtual camera"):
             ok = text.startswith(("virtual camera on", "virtual camera off"))
             hint = "" if ok else (

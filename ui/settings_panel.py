@@ -1,14 +1,24 @@
-"""The settings panel: the engine, cache and virtual-camera parts of an AppConfig.
+"""The settings panel: the engine, target-face, cache and output parts of an AppConfig.
 
 Every choice list comes from ``livefuse.config`` (``*_CHOICES``), so the CLI and the GUI can never
-disagree about what is allowed. The panel only shows and edits values: it emits ``edited`` and
+disagree about what is allowed; the devices come from the engine package
+(:func:`livefuse.precision.device_choices`: torch's CUDA devices), and what ``auto`` resolves to
+from :func:`livefuse.models.engine_choice.resolve_engine` (the main window asks both off the GUI
+thread and hands the answers in). The panel only shows and edits values: it emits ``edited`` and
 the main window builds the new frozen :class:`AppConfig` (:meth:`SettingsPanel.config`) and
-hands it, debounced, to the session.
+hands it, debounced, to the session. Files (the reference photo, the recording) are chosen by
+the main window when the panel asks for them.
+
+To add a setting: a widget built from its ``*_CHOICES``, a row in its group, a line in
+:meth:`SettingsPanel.set_config` and in :meth:`SettingsPanel.config`, and the widget in
+``_widgets``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -21,6 +31,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QPushButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -28,20 +39,33 @@ from PySide6.QtWidgets import (
 
 from livefuse.config import (
     BACKEND_CHOICES,
-    ENGINE_CHOICES,
+    ENGINE_REQUEST_CHOICES,
     ENHANCER_CHOICES,
     FACE_MASK_REGION_CHOICES,
     FACE_MASK_TYPE_CHOICES,
+    FACE_SELECTOR_CHOICES,
     PIXEL_BOOST_CHOICES,
     PRECISION_CHOICES,
     ROTATION_CHOICES,
     AppConfig,
     CacheConfig,
 )
+from livefuse.errors import ConfigError
+from livefuse.models.engine_choice import EngineChoice
 
 NEURAL_ONLY_TIP = ("Applies to the neural engine only: the classic engine runs dlib and OpenCV "
                    "on the CPU in float32")
 PRECISION_TIP = "auto: fp16 on CUDA with compute capability >= 7.0, else fp32"
+DEVICE_TIP = ("Where the neural engine runs: auto = the first CUDA GPU torch sees, else the "
+              "CPU; or a GPU by number")
+SELECTOR_TIPS = {
+    "one": "one: the largest face, or the face number set below (left to right from 0)",
+    "many": "many: every face in the picture",
+    "reference": "reference: the face nearest to the person in a reference photo",
+}
+NO_REFERENCE = "no reference photo"
+NO_RECORDING = "no file chosen"
+LARGEST = "largest"
 BACKEND_TIP = "torch: livefuse's PyTorch port of inswapper; onnxruntime: the ONNX model as is"
 NO_ENHANCER = "none"
 MASK_TIPS = {
@@ -54,26 +78,47 @@ MASK_TIPS = {
 
 
 def _combo(choices: tuple[str, ...]) -> QComboBox:
+    """A combo box whose items show and hold (``currentData``) the choices."""
     box = QComboBox()
-    box.addItems(list(choices))
+    for choice in choices:
+        box.addItem(choice, choice)
     return box
 
 
+def _select(box: QComboBox, value: str, label: str | None = None) -> None:
+    """Select the item holding ``value``; a value not offered (a GPU that is gone, a value
+    from settings.toml) is added rather than replaced."""
+    idx = box.findData(value)
+    if idx < 0:
+        box.addItem(label or value, value)
+        idx = box.count() - 1
+    box.setCurrentIndex(idx)
+
+
 class SettingsPanel(QWidget):
-    """Engine, precision, backend, detection interval, rotation, smoothing, keep-mouth; the
-    neural engine's pixel boost, masks and enhancer; cache and virtual camera.
+    """Engine (auto/classic/neural), device, precision, backend, detection interval, rotation,
+    smoothing, keep-mouth; the target faces (one, many or a reference person, a face number);
+    the neural engine's pixel boost, masks and enhancer; cache; virtual camera and recording.
 
     All methods are for the GUI thread.
 
     Signals:
         edited(): the user changed a value (read it with :meth:`config`).
+        reference_requested(): the user wants to choose a reference photo.
+        record_path_requested(): the user wants to choose the recording's file.
     """
 
     edited = Signal()
+    reference_requested = Signal()
+    record_path_requested = Signal()
 
     def __init__(self, config: AppConfig | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.engine = _combo(ENGINE_CHOICES)
+        self._auto_engine = "classic"  # what `auto` runs, until the window knows better
+        self._reference_name = ""
+        self._record_path = ""
+        self.engine = _combo(ENGINE_REQUEST_CHOICES)
+        self.device = QComboBox()
         self.precision = _combo(PRECISION_CHOICES)
         self.backend = _combo(BACKEND_CHOICES)
         self.cache_enabled = QCheckBox("Pose-similarity cache")
@@ -108,14 +153,37 @@ class SettingsPanel(QWidget):
         self.enhancer_blend = QSpinBox()
         self.enhancer_blend.setRange(0, 100)
         self.enhancer_blend.setSuffix(" %")
+        self.face_selector = _combo(FACE_SELECTOR_CHOICES)
+        self.face_index = QSpinBox()
+        self.face_index.setRange(-1, 99)
+        self.face_index.setSpecialValueText(LARGEST)  # -1: no index, the largest face
+        self.reference_label = QLabel(NO_REFERENCE)
+        self.reference_label.setWordWrap(True)
+        self.reference_button = QPushButton("Choose reference photo…")
+        self.reference_button.clicked.connect(self.reference_requested)
         self.vcam = QCheckBox("Virtual camera")
         self.vcam_status = QLabel("off")
         self.vcam_status.setWordWrap(True)
+        self.record = QCheckBox("Record to file")
+        self.record_label = QLabel(NO_RECORDING)
+        self.record_label.setWordWrap(True)
+        self.record_button = QPushButton("Choose file…")
+        self.record_button.clicked.connect(self.record_path_requested)
         self.error = QLabel("")
         self.error.setStyleSheet("color: #c0392b")
         self.error.setWordWrap(True)
 
-        self.engine.setToolTip("classic: offline, no download; neural: inswapper-class models")
+        self.engine.setToolTip("auto: neural when its models are installed, else classic; "
+                               "classic: offline, no download; neural: inswapper-class models")
+        self.device.setToolTip(DEVICE_TIP)
+        for i, choice in enumerate(FACE_SELECTOR_CHOICES):
+            self.face_selector.setItemData(i, SELECTOR_TIPS.get(choice, choice),
+                                           Qt.ItemDataRole.ToolTipRole)
+        self.face_selector.setToolTip("Which faces of the picture are swapped")
+        self.face_index.setToolTip("With 'one': the face to swap, counted left to right from "
+                                   "0; 'largest' follows the largest face")
+        self.record.setToolTip("Also write the swapped stream to a video file (.mp4, .mkv, "
+                               ".mov); written to a temporary file and renamed when stopped")
         self.threshold.setToolTip("Reuse a cached swap while the pose similarity is at least this")
         self.refresh.setToolTip("Force a fresh swap after this many frames of reuse")
         self.detect_every.setToolTip("Run the face detector every k frames; track in between")
@@ -138,12 +206,19 @@ class SettingsPanel(QWidget):
         engine_box = QGroupBox("Engine")
         ef = QFormLayout(engine_box)
         ef.addRow("Engine", self.engine)
+        ef.addRow("Device", self.device)
         ef.addRow("Precision", self.precision)
         ef.addRow("Backend", self.backend)
         ef.addRow("Detect every", self.detect_every)
         ef.addRow("Rotated faces", self.rotation)
         ef.addRow(self.smooth)
         ef.addRow(self.keep_mouth)
+        targets_box = QGroupBox("Target faces")
+        tf = QFormLayout(targets_box)
+        tf.addRow("Swap", self.face_selector)
+        tf.addRow("Face number", self.face_index)
+        tf.addRow("Reference", self.reference_label)
+        tf.addRow(self.reference_button)
         face_box = QGroupBox("Face (neural engine)")
         ff = QFormLayout(face_box)
         ff.addRow("Pixel boost", self.pixel_boost)
@@ -165,37 +240,114 @@ class SettingsPanel(QWidget):
         of = QFormLayout(out_box)
         of.addRow(self.vcam)
         of.addRow("Status", self.vcam_status)
+        of.addRow(self.record)
+        of.addRow("File", self.record_label)
+        of.addRow(self.record_button)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        for w in (engine_box, face_box, cache_box, out_box, self.error):
+        for w in (engine_box, targets_box, face_box, cache_box, out_box, self.error):
             lay.addWidget(w)
 
+        self.set_devices([])
         self.set_config(config or AppConfig())
-        for combo in (self.engine, self.precision, self.backend, self.rotation,
-                      self.pixel_boost, self.enhancer):
+        for combo in (self.engine, self.device, self.precision, self.backend, self.rotation,
+                      self.pixel_boost, self.enhancer, self.face_selector):
             combo.currentIndexChanged.connect(self._edited)
         for spin in (self.threshold, self.refresh, self.detect_every, self.mask_blur,
-                     self.enhancer_blend):
+                     self.enhancer_blend, self.face_index):
             spin.valueChanged.connect(self._edited)
         for check in (self.cache_enabled, self.keep_mouth, self.vcam, self.smooth,
                       *self.masks.values()):
             check.toggled.connect(self._edited)
+        self.record.toggled.connect(self._record_toggled)
         self.regions.itemChanged.connect(self._edited)
 
     def _widgets(self) -> tuple[QWidget, ...]:
-        return (self.engine, self.precision, self.backend, self.threshold, self.refresh,
-                self.detect_every, self.cache_enabled, self.keep_mouth, self.vcam,
+        return (self.engine, self.device, self.precision, self.backend, self.threshold,
+                self.refresh, self.detect_every, self.cache_enabled, self.keep_mouth, self.vcam,
                 self.rotation, self.smooth, self.pixel_boost, *self.masks.values(),
-                self.regions, self.mask_blur, self.enhancer, self.enhancer_blend)
+                self.regions, self.mask_blur, self.enhancer, self.enhancer_blend,
+                self.face_selector, self.face_index, self.record)
+
+    # -- what the window hands in --------------------------------------------------------------
+    def set_devices(self, devices: Sequence[tuple[str, str]]) -> None:
+        """Offer these ``(device, label)`` pairs (:func:`livefuse.precision.device_choices`),
+        keeping the device selected (added when it is not among them)."""
+        current = self.device.currentData() or "auto"
+        self.device.blockSignals(True)
+        try:
+            self.device.clear()
+            for device, label in devices or (("auto", "auto"),):
+                self.device.addItem(label, device)
+            _select(self.device, str(current))
+        finally:
+            self.device.blockSignals(False)
+
+    def set_engine_choice(self, choice: EngineChoice) -> None:
+        """Show what ``auto`` runs here (the window resolves it off the GUI thread)."""
+        self._auto_engine = choice.engine if choice.requested == "auto" else self._auto_engine
+        idx = self.engine.findData("auto")
+        self.engine.setItemText(idx, f"auto ({self._auto_engine})")
+        self.engine.setItemData(idx, f"auto runs the {self._auto_engine} engine here: "
+                                f"{choice.reason}", Qt.ItemDataRole.ToolTipRole)
+        self._sync_enabled()
+
+    def set_reference(self, path: Path | None, error: str = "") -> None:
+        """Show the reference photo in use (``None``: none yet), and why the last one chosen
+        could not be used (the one in use is kept)."""
+        if path is not None:
+            self._reference_name = path.name
+        name = self._reference_name or NO_REFERENCE
+        self.reference_label.setText(f"{name}\n{error}" if error else name)
+        self.reference_label.setToolTip(str(path) if path is not None else "")
+        self.reference_label.setStyleSheet("color: #c0392b" if error else "")
+
+    @property
+    def neural(self) -> bool:
+        """Whether the engine shown runs the neural engine (``auto`` as last resolved)."""
+        engine = self.engine.currentData()
+        return engine == "neural" or (engine == "auto" and self._auto_engine == "neural")
+
+    @property
+    def has_reference(self) -> bool:
+        return bool(self._reference_name)
+
+    def set_record_path(self, path: str) -> None:
+        """The recording's file (chosen in a save dialog by the window); ticks Record."""
+        self._record_path = path
+        self.record_label.setText(path or NO_RECORDING)
+        self.record.setChecked(bool(path))
+        self._edited()
+
+    @property
+    def record_path(self) -> str:
+        return self._record_path
+
+    def _record_toggled(self, on: bool) -> None:
+        if on and not self._record_path:
+            self.record.blockSignals(True)
+            self.record.setChecked(False)  # ticked again once a file is chosen
+            self.record.blockSignals(False)
+            self.record_path_requested.emit()
+            return
+        self._edited()
 
     def set_config(self, cfg: AppConfig) -> None:
         """Show ``cfg`` without emitting :attr:`edited`."""
         for w in self._widgets():
             w.blockSignals(True)
         try:
-            self.engine.setCurrentText(cfg.engine.engine)
+            _select(self.engine, cfg.engine.engine)
+            _select(self.device, cfg.engine.device)
             self.precision.setCurrentText(cfg.engine.precision)
             self.backend.setCurrentText(cfg.engine.backend)
+            _select(self.face_selector, cfg.engine.face_selector)
+            index = cfg.engine.target_face_index
+            self.face_index.setValue(-1 if index is None else index)
+            if cfg.output.record:
+                self._record_path = cfg.output.record
+                self.record_label.setText(cfg.output.record)
+            self.record.setChecked(cfg.output.record is not None)
             self.detect_every.setValue(cfg.engine.detect_every)
             self.keep_mouth.setChecked(cfg.engine.keep_mouth)
             self.cache_enabled.setChecked(cfg.cache.enabled)
@@ -229,8 +381,15 @@ class SettingsPanel(QWidget):
         """
         # The combo boxes hold exactly the *_CHOICES values; validate() re-checks them.
         enhancer = self.enhancer.currentText()
+        selector = self.face_selector.currentData()
+        if selector == "reference" and not self.has_reference:
+            raise ConfigError("the reference selector needs a reference photo: choose one "
+                              "under Target faces")
+        index = self.face_index.value()
         engine = dataclasses.replace(
-            base.engine, engine=self.engine.currentText(),
+            base.engine, engine=self.engine.currentData(), device=self.device.currentData(),
+            face_selector=selector,
+            target_face_index=index if selector == "one" and index >= 0 else None,
             precision=self.precision.currentText(), backend=self.backend.currentText(),
             detect_every=self.detect_every.value(), keep_mouth=self.keep_mouth.isChecked(),
             rotation=self.rotation.currentText(), smooth=self.smooth.isChecked(),
@@ -245,7 +404,9 @@ class SettingsPanel(QWidget):
         cache = CacheConfig(enabled=self.cache_enabled.isChecked(),
                             threshold=round(self.threshold.value(), 2),
                             refresh_every_n=self.refresh.value())
-        output = dataclasses.replace(base.output, virtual_camera=self.vcam.isChecked())
+        record = self._record_path if self.record.isChecked() and self._record_path else None
+        output = dataclasses.replace(base.output, virtual_camera=self.vcam.isChecked(),
+                                     record=record)
         return dataclasses.replace(base, engine=engine, cache=cache, output=output).validate()
 
     def set_virtual_camera_status(self, text: str, ok: bool = True) -> None:
@@ -260,11 +421,15 @@ class SettingsPanel(QWidget):
         on = self.cache_enabled.isChecked()
         self.threshold.setEnabled(on)
         self.refresh.setEnabled(on)
-        neural = self.engine.currentText() == "neural"
-        self.precision.setEnabled(neural)
-        self.backend.setEnabled(neural)
-        self.precision.setToolTip(PRECISION_TIP if neural else NEURAL_ONLY_TIP)
-        self.backend.setToolTip(BACKEND_TIP if neural else NEURAL_ONLY_TIP)
+        neural = self.neural
+        for box, tip in ((self.precision, PRECISION_TIP), (self.backend, BACKEND_TIP),
+                         (self.device, DEVICE_TIP)):
+            box.setEnabled(neural)
+            box.setToolTip(tip if neural else NEURAL_ONLY_TIP)
+        selector = self.face_selector.currentData()
+        self.face_index.setEnabled(selector == "one")
+        self.reference_button.setEnabled(selector == "reference")
+        self.reference_label.setEnabled(selector == "reference")
         self.face_box.setEnabled(neural)
         self.face_box.setToolTip("" if neural else NEURAL_ONLY_TIP)
         region = self.masks["region"].isChecked()
@@ -277,4 +442,4 @@ class SettingsPanel(QWidget):
         self.edited.emit()
 
 
-__all__ = ["NEURAL_ONLY_TIP", "SettingsPanel"]
+__all__ = ["LARGEST", "NEURAL_ONLY_TIP", "NO_RECORDING", "NO_REFERENCE", "SettingsPanel"]

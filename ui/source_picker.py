@@ -152,6 +152,14 @@ def analyse_source(path: Path, analyser: Analyser) -> SourceAnalysis:
                           thumbnails=thumbs, default_index=choice.index, notes=notes)
 
 
+def choose_image(parent: QWidget, title: str) -> Path | None:
+    """An image file chosen in the open dialog (the suffixes livefuse reads), or ``None``."""
+    suffixes = " ".join(f"*{s}" for s in sorted(IMAGE_SUFFIXES))
+    path, _ = QFileDialog.getOpenFileName(parent, title, "",
+                                          f"Images ({suffixes});;All files (*)")
+    return Path(path) if path else None
+
+
 def matching_candidate(candidates: Sequence[Face], box: Sequence[float]) -> int:
     """The candidate whose box overlaps ``box`` best (IoU >= 0.5), or -1."""
     from livefuse.faces.tracking import iou
@@ -172,7 +180,8 @@ class SourcePicker(QWidget):
     Signals:
         source_changed(Path, int): a photo with at least one face was loaded or another face
             chosen; the int is the candidate's index (read the face itself from :attr:`face`).
-        source_failed(str): the photo could not be used; the message names the file and why.
+        source_failed(str): the photo could not be used; the message names the file and why
+            (and the photo still in use, which stays chosen).
     """
 
     source_changed = Signal(object, int)
@@ -232,11 +241,9 @@ class SourcePicker(QWidget):
         return None if i < 0 or self.analysis is None else self.analysis.candidates[i]
 
     def browse(self) -> None:
-        suffixes = " ".join(f"*{s}" for s in sorted(IMAGE_SUFFIXES))
-        path, _ = QFileDialog.getOpenFileName(self, "Source face photo", "",
-                                              f"Images ({suffixes});;All files (*)")
-        if path:
-            self.load(Path(path))
+        path = choose_image(self, "Source face photo")
+        if path is not None:
+            self.load(path)
 
     def load(self, path: Path, prefer_box: Sequence[float] = ()) -> None:
         """Analyse ``path`` on the thread pool; the result arrives as a signal.
@@ -276,11 +283,16 @@ class SourcePicker(QWidget):
         self._show_error(text)
 
     def _show_error(self, text: str) -> None:
-        self.analysis = None
-        self.thumb.clear()
-        self.faces.clear()
-        self.faces.hide()
-        self.notes.hide()
+        """Say why the photo chosen cannot be used. A source already in use stays in use (its
+        thumbnail and faces stay shown): a bad pick never leaves the app without a source."""
+        kept = self.analysis
+        if kept is None:
+            self.thumb.clear()
+            self.faces.clear()
+            self.faces.hide()
+            self.notes.hide()
+        else:
+            text = f"{text} Still using {kept.path.name}."
         self.message.setText(text)
         self.message.setStyleSheet("color: #c0392b")
         self.source_failed.emit(text)
@@ -337,5 +349,5 @@ class SourcePicker(QWidget):
             self.load(path)
 
 
-__all__ = ["SharedAnalyser", "SourceAnalysis", "SourcePicker", "analyse_source",
+__all__ = ["SharedAnalyser", "SourceAnalysis", "SourcePicker", "analyse_source", "choose_image",
            "face_thumbnail", "matching_candidate"]

@@ -20,6 +20,7 @@ from livefuse.faces.analyser import Analyser
 from livefuse.faces.insight import InsightAnalyser
 from livefuse.models.catalog import get_spec, models_dir
 from livefuse.models.download import ModelMissingError, require, status
+from livefuse.models.engine_choice import MASK_MODELS, core_models
 from livefuse.precision import probe_device, resolve_precision
 from livefuse.swap.masks import FaceMasker, FaceParser, Occluder
 from livefuse.swap.neural import NeuralBackend, NeuralSwapper
@@ -64,35 +65,21 @@ def resolve_device(device: str) -> str:
 
 
 def catalog_paths(config: EngineConfig) -> NeuralPaths:
-    """The verified catalog files for ``config`` (``models_dir`` or the default folder).
-
-    The swapper is ``inswapper_128``; when only ``inswapper_128_fp16`` is present, that one
-    (its weights load into the fp32 port too, and onnxruntime runs it as released).
+    """The verified catalog files for ``config`` (``models_dir`` or the default folder): the
+    rows of :func:`livefuse.models.engine_choice.core_models`.
 
     Raises:
         ModelMissingError / ModelVerifyError: a file is missing or fails its SHA256 check; the
             message names the file and the `livefuse models fetch` / `import` commands.
     """
     d = models_dir(config.models_dir)
-    full, half = get_spec("inswapper_128"), get_spec("inswapper_128_fp16")
-    swapper = half if status(full, d) != "present" and status(half, d) == "present" else full
-    specs = (get_spec("det_10g"), get_spec("w600k_r50"), swapper)
+    specs = core_models(d)
     # every missing file in one message: fixing one and meeting the next is three round trips
     missing = [s for s in specs if status(s, d) == "missing"]
     if missing:
         raise ModelMissingError(missing[0], d, tuple(missing[1:]))
     det, rec, swap = (require(s, d) for s in specs)
     return NeuralPaths(det, rec, swap)
-
-
-def neural_models_present(directory: str | None = None) -> bool:
-    """True when the detector, the recogniser and an inswapper file are present and verified
-    (digests are cached, so only the first call after a download hashes the files)."""
-    d = models_dir(directory)
-    if any(status(get_spec(n), d) != "present" for n in ("det_10g", "w600k_r50")):
-        return False
-    return any(status(get_spec(n), d) == "present"
-               for n in ("inswapper_128", "inswapper_128_fp16"))
 
 
 def implode(crop: np.ndarray, k: int) -> np.ndarray:
@@ -241,11 +228,11 @@ def build_masker(config: EngineConfig, device: str, backend: str,
     occluder = parser = None
     if "occlusion" in types:
         path = paths.occluder if paths is not None and paths.occluder else \
-            require(get_spec("xseg"), d)
+            require(get_spec(MASK_MODELS["occlusion"]), d)
         occluder = Occluder(path, backend=backend, device=device)
     if "region" in types:
         path = paths.parser if paths is not None and paths.parser else \
-            require(get_spec("bisenet_resnet34"), d)
+            require(get_spec(MASK_MODELS["region"]), d)
         parser = FaceParser(path, backend=backend, device=device)
     return FaceMasker(types, config.face_mask_regions, config.face_mask_blur,
                       config.face_mask_padding, occluder, parser, config.keep_mouth)

@@ -1,22 +1,22 @@
-"""``livefuse models ...`` and ``livefuse doctor``: argparse registration and handlers.
+"""``livefuse models ...``: argparse registration and handlers (the command layer; the catalog,
+download and verification code it drives is in :mod:`livefuse.models`).
 
-``livefuse.cli`` calls :func:`add_parser` and :func:`add_doctor_parser` with its sub-parsers
-object; each handler takes the parsed namespace and returns the exit status.
+``livefuse.cli`` calls :func:`add_parser` with its sub-parsers object; each handler takes the
+parsed namespace and returns the exit status.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from livefuse.cli_args import HelpFormatter
+from livefuse.cli_args import HelpFormatter, add_models_dir_arg
 from livefuse.errors import LivefuseError
 from livefuse.models import catalog
 from livefuse.models import download as dl
-from livefuse.models.catalog import CATALOG, MODELS_DIR_ENV, get_spec, models_dir
+from livefuse.models.catalog import CATALOG, get_spec, models_dir
 
 
 def _dir(args: argparse.Namespace) -> Path:
@@ -119,11 +119,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_dir_flag(p: argparse.ArgumentParser, default: Any) -> None:
-    p.add_argument("--models-dir", default=default,
-                   help=f"models folder (default: ${MODELS_DIR_ENV} or the user data dir)")
-
-
 def add_parser(sub: Any) -> None:
     """Register ``models`` with ``list``, ``fetch NAME``, ``verify`` and ``import PATH``."""
     p = sub.add_parser(
@@ -131,7 +126,7 @@ def add_parser(sub: Any) -> None:
         description="The neural engine's model files: InsightFace's inswapper_128 and buffalo_l "
                     "(det_10g, w600k_r50), for non-commercial research use only. Without a "
                     "sub-command: list them.", formatter_class=HelpFormatter)
-    _add_dir_flag(p, None)
+    add_models_dir_arg(p, None)
     p.set_defaults(func=cmd_list)
     msub = p.add_subparsers(dest="models_command")
     # SUPPRESS keeps a --models-dir given before the sub-command from being reset to None.
@@ -143,7 +138,7 @@ def add_parser(sub: Any) -> None:
     # dest 'details': `livefuse -v` (logging) keeps its own meaning
     q.add_argument("-v", "--verbose", dest="details", action="store_true",
                    help="also show each file's SHA-256 and the URLs it is downloaded from")
-    _add_dir_flag(q, argparse.SUPPRESS)
+    add_models_dir_arg(q, argparse.SUPPRESS)
     q.set_defaults(func=cmd_list)
     q = msub.add_parser(
         "fetch", help="download models (resumes, verifies SHA-256)",
@@ -155,13 +150,13 @@ def add_parser(sub: Any) -> None:
     q.add_argument("name", nargs="+", help="catalog names (see `livefuse models list`), or "
                                            "'all'")
     q.add_argument("--timeout", type=float, default=30.0, help="network timeout in s")
-    _add_dir_flag(q, argparse.SUPPRESS)
+    add_models_dir_arg(q, argparse.SUPPRESS)
     q.set_defaults(func=cmd_fetch)
     q = msub.add_parser(
         "verify", help="check size and SHA-256 of the files present",
         description="Check the size and SHA-256 of every model file present; exit status 1 "
                     "when one is corrupt.", formatter_class=HelpFormatter)
-    _add_dir_flag(q, argparse.SUPPRESS)
+    add_models_dir_arg(q, argparse.SUPPRESS)
     q.set_defaults(func=cmd_verify)
     q = msub.add_parser(
         "import", help="copy a model file you already have, after verifying it",
@@ -170,26 +165,5 @@ def add_parser(sub: Any) -> None:
                     "changed.", formatter_class=HelpFormatter)
     q.add_argument("path", help="the .onnx file, or buffalo_l.zip")
     q.add_argument("--name", help="catalog name (default: from the file name)")
-    _add_dir_flag(q, argparse.SUPPRESS)
+    add_models_dir_arg(q, argparse.SUPPRESS)
     q.set_defaults(func=cmd_import)
-
-
-def cmd_doctor(args: argparse.Namespace) -> int:
-    """Print the environment report; exit 1 when a check failed."""
-    from livefuse import doctor
-
-    checks = doctor.collect(models_directory=_dir(args))
-    doctor.print_report(checks, file=sys.stdout)
-    return 1 if any(c.level == "fail" for c in checks) else 0
-
-
-def add_doctor_parser(sub: Any) -> None:
-    """Register ``doctor``."""
-    p = sub.add_parser(
-        "doctor", help="check Python, torch, onnxruntime, GPU, models, cameras",
-        description="Report what this machine can run and how to fix what it cannot: Python, "
-                    "torch and CUDA, the precision 'auto' picks, onnxruntime builds and "
-                    "providers, model files, virtual-camera devices and cameras (none is "
-                    "opened). Exit status 1 when a check failed.", formatter_class=HelpFormatter)
-    _add_dir_flag(p, None)
-    p.set_defaults(func=cmd_doctor)

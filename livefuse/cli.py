@@ -19,9 +19,6 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source-face-index", type=int, default=None,
                    help="face of the source photo to use, left to right from 0 among the "
                         "plausible faces (default: the most confident one)")
-    p.add_argument("--reference", type=Path, default=None,
-                   help="photo of the target person: swap only the face nearest to it (implies "
-                        "--face-selector reference)")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -33,10 +30,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_run_paths(args.target, args.output, {"source": args.source,
                                                "reference": args.reference})
     config = engine_config(args)
-    if config.face_selector == "reference" and args.reference is None:
-        raise LivefuseError("--face-selector reference needs --reference PHOTO")
-    if args.reference is not None and config.face_selector != "reference":
-        raise LivefuseError("--reference is used only with --face-selector reference")
     engine = Engine(config)
     engine.set_source(load_image(args.source), face_index=args.source_face_index)
     for note in engine.source_notes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from livefuse.config import (
     BACKEND_CHOICES,
@@ -64,6 +65,9 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
                    help="one: the largest target face (or --target-face-index); many: every "
                         "face; reference: the face nearest to --reference; "
                         f"--target-face-index implies one (default: {selector})")
+    p.add_argument("--reference", type=Path, default=None, metavar="PHOTO",
+                   help="photo of the target person: swap only the face nearest to it by "
+                        "embedding (implies --face-selector reference)")
     p.add_argument("--target-face-index", type=int, default=None,
                    help="the one target face to swap, counted left to right from 0 (implies "
                         "--face-selector one) (default: the largest)")
@@ -126,17 +130,32 @@ def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
 
 def _face_selector(args: argparse.Namespace) -> FaceSelector:
     """``--face-selector``; when it is not given, ``one`` with ``--target-face-index``,
-    ``reference`` with ``--reference`` (`run` only), else the command's default."""
-    if args.face_selector is None:
+    ``reference`` with ``--reference``, else the command's default.
+
+    Raises:
+        ConfigError: ``--face-selector reference`` without ``--reference``, ``--reference`` with
+            another selector, ``--target-face-index`` with a selector other than ``one``.
+    """
+    selector = args.face_selector
+    if selector is None:
+        if args.target_face_index is not None and args.reference is not None:
+            raise ConfigError("--target-face-index and --reference each pick the face to swap: "
+                              "give one of them")
         if args.target_face_index is not None:
             return "one"
-        if getattr(args, "reference", None) is not None:
+        if args.reference is not None:
             return "reference"
         return args.default_face_selector
-    if args.target_face_index is not None and args.face_selector != "one":
+    if args.target_face_index is not None and selector != "one":
         raise ConfigError(f"--target-face-index picks one face: it cannot be used with "
-                          f"--face-selector {args.face_selector}")
-    return args.face_selector
+                          f"--face-selector {selector}")
+    if selector == "reference" and args.reference is None:
+        raise ConfigError("--face-selector reference needs --reference PHOTO (the face to swap "
+                          "is the one nearest to that person)")
+    if args.reference is not None and selector != "reference":
+        raise ConfigError(f"--reference is used only with --face-selector reference, not "
+                          f"{selector}")
+    return selector
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -148,6 +167,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
             (``--face-mask-types`` with the classic engine, ``--blend`` with the neural one), or
             ``--target-face-index`` with a selector other than ``one``.
     """
+    face_selector = _face_selector(args)  # a wrong combination costs no model look-up
     engine = args.engine
     models_missing = False
     if engine == "auto":
@@ -169,7 +189,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     d = EngineConfig()
     return EngineConfig(engine=engine, precision=args.precision, backend=args.backend,
                         device=args.device, models_dir=args.models_dir,
-                        face_selector=_face_selector(args),
+                        face_selector=face_selector,
                         target_face_index=args.target_face_index,
                         detect_every=args.detect_every, blend=args.blend,
                         keep_mouth=args.keep_mouth, rotation=args.rotation,

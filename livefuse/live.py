@@ -40,6 +40,7 @@ class EngineLike(Protocol):
 
     def set_source(self, image: LoadedImage, face_index: int | None = None,
                    face: Face | None = None) -> Face: ...
+    def set_reference(self, image: LoadedImage) -> None: ...
     def stage(self, frame: Frame) -> StagedFrame: ...
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
@@ -71,6 +72,7 @@ class _Pending:
     source_face: LoadedImage | None = None
     face: Face | None = None
     face_index: int | None = None
+    reference: LoadedImage | None = None
     sinks: list[Sink] | None = None
 
 
@@ -90,6 +92,9 @@ class LiveRunner:
         config: the starting settings.
         source_face: the source face photo; set on the engine before the first frame.
         face_index, face: which face of that photo (see :meth:`livefuse.engine.Engine.set_source`).
+        reference: the reference photo for ``face_selector='reference'`` (see
+            :meth:`livefuse.engine.Engine.set_reference`); set before the first frame and again
+            on every engine rebuilt.
         on_status: status lines (``camera lost: ...``, ``virtual camera missing: ...``,
             ``engine error: ...``); called from the runner's threads.
         metrics: where measurements go; a new :class:`Metrics` by default.
@@ -107,7 +112,8 @@ class LiveRunner:
                  on_status: Callable[[str], None] | None = None,
                  metrics: Metrics | None = None, face: Face | None = None,
                  factory: EngineFactory | None = None,
-                 max_open_attempts: int | None = None) -> None:
+                 max_open_attempts: int | None = None,
+                 reference: LoadedImage | None = None) -> None:
         if engine is None and factory is None:
             raise ValueError("LiveRunner needs an engine or an engine factory")
         self.config = (config or AppConfig()).validate()
@@ -122,8 +128,10 @@ class LiveRunner:
         self._source_face = source_face
         self._face_index = face_index
         self._face = face
+        self._reference = reference
         self.max_open_attempts = max_open_attempts
-        self._pending = _Pending(source_face=source_face, face_index=face_index, face=face)
+        self._pending = _Pending(source_face=source_face, face_index=face_index, face=face,
+                                 reference=reference)
         self._lock = threading.Lock()  # guards _pending, start/stop
         self._slot: LatestSlot[tuple[StagedFrame, int]] | None = None
         self._capture: Capture | None = None
@@ -239,9 +247,11 @@ class LiveRunner:
         return cap_ok and (t is None or not t.is_alive())
 
     def apply(self, config: AppConfig | None = None, source_face: LoadedImage | None = None,
-              face_index: int | None = None, face: Face | None = None) -> None:
+              face_index: int | None = None, face: Face | None = None,
+              reference: LoadedImage | None = None) -> None:
         """Hand over new settings and/or a new source face (and which of its faces: an index
-        left to right, or the face itself); taken at the next frame boundary.
+        left to right, or the face itself) and/or a new reference photo; taken at the next frame
+        boundary.
 
         Raises:
             ConfigError: ``config`` is invalid (checked here, on the caller's thread).
@@ -256,6 +266,8 @@ class LiveRunner:
                 self._pending.source_face = source_face
                 self._pending.face_index = face_index
                 self._pending.face = face
+            if reference is not None:
+                self._pending.reference = reference
 
     def set_sinks(self, sinks: Sequence[Sink]) -> None:
         """Send frames to ``sinks`` from the next frame boundary on. Sinks left out are not
@@ -305,10 +317,12 @@ class LiveRunner:
             self._pending = _Pending(config=keep_cfg, config_at=pending.config_at)
             if wait:
                 cfg = None
-        image = pending.source_face
+        image, reference = pending.source_face, pending.reference
         if image is not None:
             self._source_face, self._face_index, self._face = image, pending.face_index, \
                 pending.face
+        if reference is not None:
+            self._reference = reference
         rebuild = self._engine is None
         if cfg is not None:
             old, self.config = self.config, cfg
@@ -322,11 +336,13 @@ class LiveRunner:
             self._engine = None  # the old engine's models are freed before the new load
             self._engine = self._factory(self.config)
             self._stage = self._engine.stage
-            image = self._source_face
+            image, reference = self._source_face, self._reference
         elif rebuild and cfg is not None and self._engine is not None:
             self.status("engine settings ignored: this runner was given a fixed engine")
         if self._engine is not None and self._stage is None:
             self._stage = self._engine.stage
+        if reference is not None and self._engine is not None:
+            self._engine.set_reference(reference)
         if image is not None and self._engine is not None:
             self._engine.set_source(image, self._face_index, self._face)
 

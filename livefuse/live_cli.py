@@ -91,6 +91,7 @@ def run_live(args: argparse.Namespace) -> int:
                          "is not a file")
     config = app_config(args)
     face = load_image(args.source)
+    reference = None if args.reference is None else load_image(args.reference)
     if args.virtual_cam and importlib.util.find_spec("pyvirtualcam") is None:
         raise LivefuseError("--virtual-cam needs pyvirtualcam: pip install 'livefuse[vcam]'")
     if not args.virtual_cam and args.record is None:
@@ -115,7 +116,9 @@ def run_live(args: argparse.Namespace) -> int:
 
     metrics = Metrics()
     session = Session(config, on_status=say, metrics=metrics)
-    session.set_source_face(face)
+    session.set_source_face(face)  # a recording that is an input is refused here
+    if reference is not None:
+        session.set_reference(reference)
     engine = session.prepare()  # a photo without a face or a bad model fails here
     for note in engine.source_notes:
         print(f"source: {note}", file=sys.stderr)

@@ -12,6 +12,7 @@ from tqdm import tqdm
 from livefuse.engine import Engine
 from livefuse.errors import MIN_FACE_PX, LivefuseError
 from livefuse.imaging import is_image_path, load_image, save_image
+from livefuse.io.paths import check_output
 from livefuse.io.video import OUTPUT_VIDEO_SUFFIXES, is_video_path, probe, transcode
 from livefuse.types import Frame
 
@@ -137,22 +138,18 @@ def rate_text(rate: Fraction, measured: Fraction | None = None) -> str:
 
 
 def check_output_path(output: Path, inputs: dict[str, Path | None]) -> None:
-    """Refuse an output path that is one of the inputs (symlinks and ``..`` resolved).
+    """Refuse an output path that is a folder or one of the inputs (the rule of
+    :func:`livefuse.io.paths.check_output`: ``./``, ``..``, symlinks and hard links included).
 
     Args:
         inputs: role (``target``, ``source``, ``reference``) -> path.
 
     Raises:
-        LivefuseError: naming the input the output would overwrite.
+        LivefuseError: a folder; OutputIsInputError: naming the input the output would overwrite.
     """
     if output.is_dir():
         raise LivefuseError(f"output '{output}' is a folder; give a file name")
-    if not output.exists():
-        return
-    for role, path in inputs.items():
-        if path is not None and path.exists() and output.resolve() == path.resolve():
-            raise LivefuseError(
-                f"output '{output}' is the {role} itself; inputs are never overwritten")
+    check_output(output, inputs)
 
 
 def run(engine: Engine, target: Path, output: Path, progress: bool = True,

@@ -1,0 +1,157 @@
+"""`livefuse live --reference PHOTO` (issue 15, item 8): the reference selector on the live path,
+refused at argument parsing without its photo, and the photo reaching every engine the session
+builds."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import av
+import cv2
+import numpy as np
+import pytest
+
+from livefuse.cache import PoseCache
+from livefuse.cli import main
+from livefuse.config import AppConfig, CacheConfig, CaptureConfig, EngineConfig
+from livefuse.errors import ConfigError
+from livefuse.imaging import LoadedImage, load_image, save_image
+from livefuse.io.sources import ImageSource
+from livefuse.io.synthetic import write_clip
+from livefuse.samples import astronaut, insightface_image
+from livefuse.session import Session
+from livefuse.types import Frame, FramePacket, StagedFrame
+
+# three faces of t1.jpg (dlib boxes in the photo, x0 y0 x1 y1), cut out as a 680x450 frame
+CUT = (600, 50)
+FACES = [(734, 365, 837, 469), (883, 89, 987, 192), (1125, 296, 1229, 400)]
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Frame]:
+    """A clip of three faces, a close-up photo of the middle one, the source photo, the frame."""
+    d = tmp_path_factory.mktemp("ref")
+    t1 = load_image(insightface_image("t1.jpg")).bgr
+    x, y = CUT
+    frame = np.ascontiguousarray(t1[y:y + 450, x:x + 680])
+    clip = write_clip([frame] * 10, d / "three.mp4", audio=False)
+    x0, y0, x1, y1 = FACES[1]
+    cx, cy = (x0 + x1) // 2, (y0 + y1) // 2
+    close = t1[max(cy - 110, 0):cy + 110, cx - 110:cx + 110]
+    ref = save_image(d / "ref.png", cv2.resize(close, None, fx=2, fy=2,
+                                                 interpolation=cv2.INTER_CUBIC))
+    src = save_image(d / "src.png", astronaut())
+    return clip, ref, src, frame
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--face-selector", "reference"], "--face-selector reference needs --reference PHOTO"),
+    (["--reference", "REF", "--face-selector", "many"],
+     "--reference is used only with --face-selector reference, not many"),
+    (["--reference", "REF", "--target-face-index", "1"], "give one of them"),
+])
+def test_live_reference_options_are_checked_before_any_work(
+        scene: tuple[Path, Path, Path, Frame], extra: list[str], says: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    clip, ref, src, _ = scene
+    t0 = time.monotonic()
+    args = [str(ref) if a == "REF" else a for a in extra]
+    assert main(["live", "-s", str(src), "--video", str(clip), *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err
+    assert "engine:" not in err and "[status]" not in err  # nothing was loaded or opened
+    assert time.monotonic() - t0 < 5
+
+
+def test_live_swaps_only_the_face_nearest_to_the_reference(
+        scene: tuple[Path, Path, Path, Frame], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    clip, ref, src, frame = scene
+    out = tmp_path / "rec.mp4"
+    assert main(["live", "-s", str(src), "--video", str(clip), "--loop", "--reference",
+                 str(ref), "--record", str(out), "--duration", "6",
+                 "--engine", "classic"]) == 0, capsys.readouterr().err
+    with av.open(str(out)) as c:
+        last = [f.to_ndarray(format="bgr24") for f in c.decode(video=0)][-1]
+    x, y = CUT
+    change = [float(np.abs(last[y0 - y:y1 - y, x0 - x:x1 - x].astype(int)
+                           - frame[y0 - y:y1 - y, x0 - x:x1 - x].astype(int)).mean())
+              for x0, y0, x1, y1 in FACES]
+    # the referenced face is swapped; the others differ from the input by H.264 noise only
+    assert change[1] > 2.5 * max(change[0], change[2]), change
+
+
+class _Stub:
+    def __init__(self) -> None:
+        self.cache = PoseCache(CacheConfig(enabled=False))
+        self.precision_in_use = "n/a (stub)"
+        self.source_notes: tuple[str, ...] = ()
+        self.references: list[Path] = []
+
+    def set_source(self, image: LoadedImage, face_index: int | None = None,
+                   face: Any = None) -> None:
+        pass
+
+    def set_reference(self, image: LoadedImage) -> None:
+        self.references.append(image.path)
+
+    def stage(self, frame: Frame) -> StagedFrame:
+        return StagedFrame(host=frame)
+
+    def apply(self, config: EngineConfig) -> bool:
+        return False  # every change rebuilds: the new engine must get the reference too
+
+    def set_cache(self, config: CacheConfig) -> None:
+        pass
+
+    def process(self, frame: Frame | StagedFrame, index: int = 0,
+                t_capture_ns: int | None = None, strict: bool = False,
+                in_place: bool = False) -> FramePacket:
+        host = frame.host if isinstance(frame, StagedFrame) else frame
+        return FramePacket(index=index, t_capture_ns=t_capture_ns or 0, frame=host, output=host)
+
+
+def _wait(cond: Any, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _photo(name: str) -> LoadedImage:
+    return LoadedImage(bgr=np.zeros((8, 8, 3), np.uint8), alpha=None, path=Path(name))
+
+
+def test_session_hands_the_reference_to_every_engine_it_builds() -> None:
+    """The app's path: the engine is built on the inference thread, and again when a setting
+    needs the models reloaded; a new reference photo is taken at a frame boundary."""
+    built: list[_Stub] = []
+
+    def factory(cfg: AppConfig) -> _Stub:
+        built.append(_Stub())
+        return built[-1]
+
+    config = AppConfig(engine=EngineConfig(face_selector="reference"),
+                       capture=CaptureConfig(kind="test pattern", width=64, height=48))
+    session = Session(config, engine_factory=factory,
+                      source_factory=lambda c: ImageSource(np.zeros((48, 64, 3), np.uint8), 50))
+    session.set_source_face(_photo("src.png"))
+    with pytest.raises(ConfigError, match="needs a reference photo"):
+        session.start()
+    session.set_reference(_photo("ref.png"))
+    session.start()
+    try:
+        assert _wait(lambda: bool(built) and built[0].references == [Path("ref.png")])
+        session.apply(AppConfig(engine=EngineConfig(face_selector="reference", precision="fp32"),
+                                capture=config.capture))
+        assert _wait(lambda: len(built) == 2 and built[1].references == [Path("ref.png")])
+        session.set_reference(_photo("other.png"))
+        assert _wait(lambda: built[-1].references[-1] == Path("other.png"))
+        with pytest.raises(ConfigError, match="needs a reference photo"):
+            Session(config).start()
+    finally:
+        session.stop()

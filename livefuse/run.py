@@ -11,7 +11,13 @@ from tqdm import tqdm
 
 from livefuse.engine import Engine
 from livefuse.errors import MIN_FACE_PX, LivefuseError
-from livefuse.imaging import is_image_path, load_image, save_image
+from livefuse.imaging import (
+    ALPHA_SUFFIXES,
+    is_image_path,
+    keep_straight_colour,
+    load_image,
+    save_image,
+)
 from livefuse.io.paths import check_output
 from livefuse.io.video import OUTPUT_VIDEO_SUFFIXES, is_video_path, probe, transcode
 from livefuse.types import Frame
@@ -53,7 +59,8 @@ class RunSummary:
 
 
 def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
-    """Swap onto a still image. A target's alpha channel is kept on output (PNG/WebP/TIFF).
+    """Swap onto a still image. A target's alpha channel is kept on output (PNG/WebP/TIFF),
+    and with it the target's own straight colour outside the swapped faces.
 
     Raises:
         ImageLoadError: unreadable target. FaceIndexError: target index out of range.
@@ -70,7 +77,10 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
     if packet.swapped == 0:
         raise NothingSwappedError(f"no face was swapped in '{target}': no face found "
                                   f"(faces need to be roughly frontal, >= {MIN_FACE_PX} px wide)")
-    save_image(output, packet.output, img.alpha)
+    out = packet.output
+    if img.alpha is not None and output.suffix.lower() in ALPHA_SUFFIXES:
+        out = keep_straight_colour(out, img)  # else the colour flattened onto black is right
+    save_image(output, out, img.alpha)
     return summary
 
 

@@ -159,8 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("PySide6", "shiboken6"):
-            print("livefuse: error: the desktop app needs PySide6: pip install 'livefuse[gui]' "
-                  "(or use `livefuse run`, `livefuse live`)", file=sys.stderr)
+            from livefuse.extras import install_hint
+
+            print(f"livefuse: error: the desktop app needs PySide6: {install_hint('gui')}; or "
+                  "use `livefuse run`, `livefuse live`", file=sys.stderr)
             return 2
         raise
     except LivefuseError as exc:

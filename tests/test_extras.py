@@ -4,6 +4,7 @@ extra with that line."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import tomllib
@@ -28,6 +29,26 @@ def test_the_table_is_pyprojects_extras() -> None:
     declared.pop("test")
     table = {e.name: [p.requirement for p in e.packages] for e in extras.EXTRAS}
     assert table == declared
+
+
+def test_the_pins_keep_out_pyside6_6_12_0() -> None:
+    """PySide6 6.12.0's emit() returned True without a reference of its own: every signal
+    emitted from Python dropped one, and the app died with "Fatal Python error: bool_dealloc"
+    after a long session or at exit (Python 3.11; True is immortal from 3.12 on). The pins in
+    the gui and test extras are the guard; this fails when they go."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    for group in ("gui", "test"):
+        pyside = [r for r in map(Requirement, declared[group])
+                  if r.name.lower().startswith("pyside6")]
+        assert pyside and all(not r.specifier.contains("6.12.0") for r in pyside), group
+    for dist in ("PySide6-Essentials", "PySide6"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            assert metadata.version(dist) != "6.12.0"
 
 
 def test_every_install_hint_comes_from_the_table_and_the_readme_agrees() -> None:

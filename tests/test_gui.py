@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-import sys
 import threading
 import time
 from pathlib import Path
@@ -906,21 +905,3 @@ def test_models_dialog_status_fetch_cancel_import(qtbot: Any, tmp_path: Path) ->
     dlg.import_file(spec, bogus)
     qtbot.waitUntil(lambda: not dlg.busy, timeout=WAIT_MS)
     assert "failed verification" in dlg.message.text() and "bogus.onnx" in dlg.message.text()
-
-
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="True is immortal from Python 3.12 on")
-def test_emitting_a_signal_keeps_the_reference_count_of_true() -> None:
-    """PySide6 6.12.0's emit() returned True without a reference of its own: every emit from
-    Python (the bridge's frame and status signals, the workers' results) dropped one, and the
-    app died with "Fatal Python error: bool_dealloc" after a long session or at exit."""
-    from PySide6.QtCore import QObject, Signal
-
-    class Emitter(QObject):
-        ping = Signal(object)
-
-    e = Emitter()
-    e.ping.connect(lambda v: None)
-    before = sys.getrefcount(True)
-    for i in range(200):
-        e.ping.emit(i)
-    assert sys.getrefcount(True) >= before - 5

@@ -40,7 +40,8 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
                     face_selector: FaceSelector | None = None,
                     rotation: Rotation | None = None) -> None:
     """Add ``--engine --precision --backend --device --models-dir --face-selector
-    --target-face-index --detect-every --blend --no-keep-mouth``; defaults from EngineConfig
+    --target-face-index --reference --detect-every --blend --[no-]keep-mouth``; defaults from
+    EngineConfig
     unless given here. Every help text names its default itself, so any parser shows them."""
     d = EngineConfig()
     p.add_argument("--engine", choices=RUN_ENGINE_CHOICES, default="auto",
@@ -77,8 +78,11 @@ def add_engine_args(p: argparse.ArgumentParser, *, detect_every: int | None = No
     p.add_argument("--blend", choices=BLEND_CHOICES, default=d.blend,
                    help="classic: feather (soft alpha edge, keeps identity) or seamless (Poisson "
                         "clone, washes identity out) (default: %(default)s)")
-    p.add_argument("--no-keep-mouth", dest="keep_mouth", action="store_false",
-                   help="do not keep the target's inner mouth (default: kept)")
+    p.add_argument("--keep-mouth", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep the target's open inner mouth (teeth, tongue) over the swap: the "
+                        "classic engine finds it from its 68 landmarks, the neural one with the "
+                        "face parser, so there only with --face-mask-types region (default: on "
+                        "wherever the engine can)"),
     p.add_argument("--rotation", choices=ROTATION_CHOICES, default=rotation or d.rotation,
                    help="faces on their side or upside down: auto = try the frame turned by "
                         "90/180/270 degrees when no upright face is found; always = at every "
@@ -164,8 +168,9 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
     Raises:
         ConfigError: an option is out of range, or given for an engine that does not read it
-            (``--face-mask-types`` with the classic engine, ``--blend`` with the neural one), or
-            ``--target-face-index`` with a selector other than ``one``.
+            (``--face-mask-types`` with the classic engine, ``--blend`` with the neural one,
+            ``--[no-]keep-mouth`` with the neural one without the region mask), or a face
+            selector combination that cannot work (see :func:`_face_selector`).
     """
     face_selector = _face_selector(args)  # a wrong combination costs no model look-up
     engine = args.engine
@@ -179,6 +184,11 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
             "no neural models installed; see `livefuse models list`"
         print(f"engine: {engine} ({why})", file=sys.stderr)
     wrong = _given(args, _NEURAL_ONLY if engine == "classic" else _CLASSIC_ONLY)
+    if engine == "neural" and args.keep_mouth is not None and \
+            "region" not in (args.face_mask_types or ()):
+        raise ConfigError(f"--{'' if args.keep_mouth else 'no-'}keep-mouth: the neural engine "
+                          "finds the mouth with the face parser, so it reads this option only "
+                          "with --face-mask-types region (without it the mouth is swapped)")
     if wrong:
         other = "neural" if engine == "classic" else "classic"
         hint = (" (the neural models are not installed: `livefuse models fetch det_10g "
@@ -192,7 +202,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         face_selector=face_selector,
                         target_face_index=args.target_face_index,
                         detect_every=args.detect_every, blend=args.blend,
-                        keep_mouth=args.keep_mouth, rotation=args.rotation,
+                        keep_mouth=d.keep_mouth if args.keep_mouth is None else args.keep_mouth,
+                        rotation=args.rotation,
                         smooth=args.smooth, pixel_boost=args.pixel_boost,
                         face_mask_types=tuple(args.face_mask_types or d.face_mask_types),
                         face_mask_regions=tuple(args.face_mask_regions or d.face_mask_regions),

@@ -31,8 +31,8 @@ from PySide6.QtGui import QWheelEvent
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QWidget
 from recording_cam import recording_backend
+from stub_engine import PassEngine
 
-from livefuse.cache import PoseCache
 from livefuse.config import (
     BACKEND_CHOICES,
     CAPTURE_CHOICES,
@@ -41,7 +41,6 @@ from livefuse.config import (
     PRECISION_CHOICES,
     RESOLUTION_CHOICES,
     AppConfig,
-    CacheConfig,
     CaptureConfig,
     EngineConfig,
     load_config,
@@ -54,7 +53,7 @@ from livefuse.io.sources import CameraSource, ImageSource, Source, TestPatternSo
 from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.models.catalog import ModelSpec
 from livefuse.samples import insightface_image
-from livefuse.types import Face, Frame, FramePacket, StagedFrame
+from livefuse.types import Face, Frame
 
 WAIT_MS = 60_000  # generous: the CI machine may be loaded
 
@@ -66,38 +65,18 @@ def _livefuse_threads() -> list[str]:
 _RecordingCam = recording_backend("gui-recording")
 
 
-class _PassEngine:
+class _PassEngine(PassEngine):
     """An engine stub: frames through unchanged; remembers the source faces it was given."""
 
     def __init__(self, config: AppConfig) -> None:
+        super().__init__()
         self.config = config.engine
-        self.cache = PoseCache(CacheConfig(enabled=False))
-        self.precision_in_use = "n/a (stub)"
-        self.sources: list[tuple[int | None, Face | None]] = []
-
-    def set_source(self, image: LoadedImage, face_index: int | None = None,
-                   face: Face | None = None) -> Face | None:
-        self.sources.append((face_index, face))
-        return face
-
-    def stage(self, frame: Frame) -> StagedFrame:
-        return StagedFrame(host=frame)
 
     def apply(self, config: EngineConfig) -> bool:
         if any(getattr(config, f) != getattr(self.config, f) for f in MODEL_RELOAD_FIELDS):
             return False
         self.config = config
         return True
-
-    def set_cache(self, config: CacheConfig) -> None:
-        pass
-
-    def process(self, frame: Frame | StagedFrame, index: int = 0,
-                t_capture_ns: int | None = None, strict: bool = False,
-                in_place: bool = False) -> FramePacket:
-        host = frame.host if isinstance(frame, StagedFrame) else frame
-        return FramePacket(index=index, t_capture_ns=t_capture_ns or 0, frame=host,
-                           output=host)
 
 
 class _CountingFactory:

@@ -6,23 +6,22 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import av
 import cv2
 import numpy as np
 import pytest
+from stub_engine import PassEngine, wait_for
 
-from livefuse.cache import PoseCache
 from livefuse.cli import main
-from livefuse.config import AppConfig, CacheConfig, CaptureConfig, EngineConfig
+from livefuse.config import AppConfig, CaptureConfig, EngineConfig
 from livefuse.errors import ConfigError
 from livefuse.imaging import LoadedImage, load_image, save_image
 from livefuse.io.sources import ImageSource
 from livefuse.io.synthetic import write_clip
 from livefuse.samples import astronaut, insightface_image
 from livefuse.session import Session
-from livefuse.types import Frame, FramePacket, StagedFrame
+from livefuse.types import Frame
 
 # three faces of t1.jpg (dlib boxes in the photo, x0 y0 x1 y1), cut out as a 680x450 frame
 CUT = (600, 50)
@@ -83,45 +82,6 @@ def test_live_swaps_only_the_face_nearest_to_the_reference(
     assert change[1] > 2.5 * max(change[0], change[2]), change
 
 
-class _Stub:
-    def __init__(self) -> None:
-        self.cache = PoseCache(CacheConfig(enabled=False))
-        self.precision_in_use = "n/a (stub)"
-        self.source_notes: tuple[str, ...] = ()
-        self.references: list[Path] = []
-
-    def set_source(self, image: LoadedImage, face_index: int | None = None,
-                   face: Any = None) -> None:
-        pass
-
-    def set_reference(self, image: LoadedImage) -> None:
-        self.references.append(image.path)
-
-    def stage(self, frame: Frame) -> StagedFrame:
-        return StagedFrame(host=frame)
-
-    def apply(self, config: EngineConfig) -> bool:
-        return False  # every change rebuilds: the new engine must get the reference too
-
-    def set_cache(self, config: CacheConfig) -> None:
-        pass
-
-    def process(self, frame: Frame | StagedFrame, index: int = 0,
-                t_capture_ns: int | None = None, strict: bool = False,
-                in_place: bool = False) -> FramePacket:
-        host = frame.host if isinstance(frame, StagedFrame) else frame
-        return FramePacket(index=index, t_capture_ns=t_capture_ns or 0, frame=host, output=host)
-
-
-def _wait(cond: Any, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def _photo(name: str) -> LoadedImage:
     return LoadedImage(bgr=np.zeros((8, 8, 3), np.uint8), alpha=None, path=Path(name))
 
@@ -129,10 +89,10 @@ def _photo(name: str) -> LoadedImage:
 def test_session_hands_the_reference_to_every_engine_it_builds() -> None:
     """The app's path: the engine is built on the inference thread, and again when a setting
     needs the models reloaded; a new reference photo is taken at a frame boundary."""
-    built: list[_Stub] = []
+    built: list[PassEngine] = []
 
-    def factory(cfg: AppConfig) -> _Stub:
-        built.append(_Stub())
+    def factory(cfg: AppConfig) -> PassEngine:
+        built.append(PassEngine(rebuild=True))  # the new engine must get the reference too
         return built[-1]
 
     config = AppConfig(engine=EngineConfig(face_selector="reference"),
@@ -145,12 +105,12 @@ def test_session_hands_the_reference_to_every_engine_it_builds() -> None:
     session.set_reference(_photo("ref.png"))
     session.start()
     try:
-        assert _wait(lambda: bool(built) and built[0].references == [Path("ref.png")])
+        assert wait_for(lambda: bool(built) and built[0].references == [Path("ref.png")])
         session.apply(AppConfig(engine=EngineConfig(face_selector="reference", precision="fp32"),
                                 capture=config.capture))
-        assert _wait(lambda: len(built) == 2 and built[1].references == [Path("ref.png")])
+        assert wait_for(lambda: len(built) == 2 and built[1].references == [Path("ref.png")])
         session.set_reference(_photo("other.png"))
-        assert _wait(lambda: built[-1].references[-1] == Path("other.png"))
+        assert wait_for(lambda: built[-1].references[-1] == Path("other.png"))
         with pytest.raises(ConfigError, match="needs a reference photo"):
             Session(config).start()
     finally:

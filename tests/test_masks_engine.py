@@ -19,7 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from synthetic_faces import build_arcface, build_scrfd
+from synthetic_faces import block_face_frame, build_arcface, build_scrfd
 
 from livefuse.cli import main
 from livefuse.config import EngineConfig
@@ -40,15 +40,6 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> NeuralPaths:
                        parser=R.export_bisenet(R.random_bisenet(0), d / "bisenet.onnx"))
 
 
-def _frame(cell: tuple[int, int], seed: int) -> np.ndarray:
-    """640x640: dim texture and a white 32x32 block the synthetic SCRFD reads as a face."""
-    rng = np.random.default_rng(seed)
-    frame = rng.integers(40, 90, (640, 640, 3), dtype=np.uint8)
-    cx, cy = cell
-    frame[32 * cy:32 * (cy + 1), 32 * cx:32 * (cx + 1)] = 255
-    return frame
-
-
 # The face the synthetic detector finds for the block at cell (10, 9): bbox 256..384 x 224..352,
 # kps eyes (301, 275) (339, 275), mouth corners (304, 317) (336, 317).
 MOUTH_CENTRE = (320, 318)  # the parser replica's inner-mouth band, mapped back to the frame
@@ -61,14 +52,14 @@ def _process(paths: NeuralPaths, frame: np.ndarray, **kw: object) -> np.ndarray:
     cfg = EngineConfig(engine="neural", backend="onnxruntime", precision="fp32", device="cpu",
                        smooth=False, **kw)  # type: ignore[arg-type]
     eng = Engine(cfg, components=build_neural(cfg, paths))
-    eng.set_source(LoadedImage(bgr=_frame((5, 6), 1), alpha=None, path=Path("src.png")))
+    eng.set_source(LoadedImage(bgr=block_face_frame((5, 6), 1), alpha=None, path=Path("src.png")))
     packet = eng.process(frame.copy())
     assert packet.swapped == 1 and packet.output is not None
     return np.abs(packet.output.astype(int) - frame).sum(axis=2)
 
 
 def test_the_region_mask_swaps_only_the_chosen_regions(paths: NeuralPaths) -> None:
-    frame = _frame((10, 9), 2)
+    frame = block_face_frame((10, 9), 2)
     every = _process(paths, frame, face_mask_types=("region",))
     nose = _process(paths, frame, face_mask_types=("region",), face_mask_regions=("nose",))
     assert every[CHEEK].mean() > 50 and every[NOSE].mean() > 50
@@ -78,7 +69,7 @@ def test_the_region_mask_swaps_only_the_chosen_regions(paths: NeuralPaths) -> No
 
 
 def test_the_neural_parser_keeps_an_open_mouth(paths: NeuralPaths) -> None:
-    frame = _frame((10, 9), 2)
+    frame = block_face_frame((10, 9), 2)
     cv2.ellipse(frame, MOUTH_CENTRE, (12, 4), 0, 0, 360, (20, 15, 30), -1)  # an open mouth
     kept = _process(paths, frame, face_mask_types=("region",))
     swapped = _process(paths, frame, face_mask_types=("region",), keep_mouth=False)

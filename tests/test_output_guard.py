@@ -8,21 +8,19 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+from stub_engine import PassEngine
 
-from livefuse.cache import PoseCache
 from livefuse.cli import main
-from livefuse.config import AppConfig, CacheConfig, CaptureConfig, EngineConfig, OutputConfig
+from livefuse.config import AppConfig, CaptureConfig, OutputConfig
 from livefuse.imaging import LoadedImage, load_image, save_image
 from livefuse.io.paths import OutputIsInputError, check_output, same_file
 from livefuse.io.sources import ImageSource
 from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.samples import astronaut, insightface_image
 from livefuse.session import Session
-from livefuse.types import Frame, FramePacket, StagedFrame
 
 SPELLINGS = ("same", "dot", "dotdot", "file symlink", "folder symlink", "hard link")
 
@@ -156,38 +154,6 @@ def test_live_never_records_over_its_photos(here: Path, photo: str, role: str,
 
 # -- the Session (what the app drives) --------------------------------------------------------
 
-class _Stub:
-    """An engine that passes frames through."""
-
-    def __init__(self) -> None:
-        self.cache = PoseCache(CacheConfig(enabled=False))
-        self.precision_in_use = "n/a (stub)"
-        self.source_notes: tuple[str, ...] = ()
-        self.reference: LoadedImage | None = None
-
-    def set_source(self, image: LoadedImage, face_index: int | None = None,
-                   face: Any = None) -> None:
-        pass
-
-    def set_reference(self, image: LoadedImage) -> None:
-        self.reference = image
-
-    def stage(self, frame: Frame) -> StagedFrame:
-        return StagedFrame(host=frame)
-
-    def apply(self, config: EngineConfig) -> bool:
-        return True
-
-    def set_cache(self, config: CacheConfig) -> None:
-        pass
-
-    def process(self, frame: Frame | StagedFrame, index: int = 0,
-                t_capture_ns: int | None = None, strict: bool = False,
-                in_place: bool = False) -> FramePacket:
-        host = frame.host if isinstance(frame, StagedFrame) else frame
-        return FramePacket(index=index, t_capture_ns=t_capture_ns or 0, frame=host, output=host)
-
-
 def _config(record: str | None, video: str = "cam.mp4") -> AppConfig:
     return AppConfig(capture=CaptureConfig(kind="video", video=video, loop=False),
                      output=OutputConfig(record=record))
@@ -200,7 +166,7 @@ def _photo(path: str) -> LoadedImage:
 @pytest.mark.parametrize("how", SPELLINGS)
 def test_session_start_refuses_a_recording_over_its_video(here: Path, how: str) -> None:
     before = (here / "cam.mp4").read_bytes()
-    session = Session(_config(spell("cam.mp4", how, here)), engine_factory=lambda c: _Stub())
+    session = Session(_config(spell("cam.mp4", how, here)), engine_factory=lambda c: PassEngine())
     with pytest.raises(OutputIsInputError, match=r"recording .* is the video input itself"):
         session.start()
     assert not session.running
@@ -216,7 +182,7 @@ def test_session_apply_refuses_a_recording_over_its_video_and_changes_nothing(
     settings and sinks, and the input is untouched when it stops."""
     before = (here / "cam.mp4").read_bytes()
     session = Session(AppConfig(capture=CaptureConfig(kind="test pattern", width=64, height=48)),
-                      engine_factory=lambda c: _Stub(),
+                      engine_factory=lambda c: PassEngine(),
                       source_factory=lambda c: ImageSource(np.zeros((48, 64, 3), np.uint8), 50))
     session.set_source_face(_photo("src.png"))
     session.start()
@@ -236,7 +202,7 @@ def test_session_apply_refuses_a_recording_over_its_video_and_changes_nothing(
 
 def test_session_refuses_a_recording_over_its_photos(here: Path) -> None:
     spell("src.png", "folder symlink", here)  # makes sub/ and linked/
-    session = Session(_config("ref.mov"), engine_factory=lambda c: _Stub())
+    session = Session(_config("ref.mov"), engine_factory=lambda c: PassEngine())
     with pytest.raises(OutputIsInputError, match="is the reference photo itself"):
         session.set_reference(_photo("sub/../ref.mov"))
     with pytest.raises(OutputIsInputError, match="is the source photo itself"):

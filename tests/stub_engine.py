@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from livefuse.cache import PoseCache
@@ -19,7 +18,8 @@ class PassEngine:
     (then the runner must build a new engine for any change).
 
     Attributes:
-        sources, references: the paths of the source and reference photos set, in order.
+        sources: ``(face_index, face)`` of each :meth:`set_source` call, in order.
+        references: the reference photos set, in order.
     """
 
     def __init__(self, rebuild: bool = False) -> None:
@@ -27,15 +27,16 @@ class PassEngine:
         self.precision_in_use = "n/a (stub)"
         self.source_notes: tuple[str, ...] = ()
         self.rebuild = rebuild
-        self.sources: list[Path] = []
-        self.references: list[Path] = []
+        self.sources: list[tuple[int | None, Any]] = []
+        self.references: list[LoadedImage] = []
 
     def set_source(self, image: LoadedImage, face_index: int | None = None,
-                   face: Any = None) -> None:
-        self.sources.append(image.path)
+                   face: Any = None) -> Any:
+        self.sources.append((face_index, face))
+        return face
 
     def set_reference(self, image: LoadedImage) -> None:
-        self.references.append(image.path)
+        self.references.append(image)
 
     def stage(self, frame: Frame) -> StagedFrame:
         return StagedFrame(host=frame)

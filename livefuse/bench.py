@@ -131,7 +131,7 @@ def bench_quality(frames: int = 60, base: EngineConfig | None = None,
     (``masks``: box + occlusion + region, when their models are installed); a row that cannot
     run says why.
     """
-    from livefuse.quality import HEADER, LPIPS_NOTE, compare
+    from livefuse.quality import HEADER, compare
 
     base = base or EngineConfig(face_selector="one")
     clip = clip if clip is not None else demo_frames(frames)
@@ -178,5 +178,4 @@ def bench_quality(frames: int = 60, base: EngineConfig | None = None,
     else:
         skip("masks on vs off", "needs the neural engine with the xseg and bisenet_resnet34 "
              "models" if not neural else "the xseg / bisenet_resnet34 models are not installed")
-    out(LPIPS_NOTE)
     return rows

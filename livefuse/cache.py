@@ -22,6 +22,7 @@ import cv2
 import numpy as np
 
 from livefuse.config import CacheConfig
+from livefuse.faces.landmarks import mouth_open_ratio
 from livefuse.types import Face, FloatArray, Frame
 
 # Tolerances of the similarity score (one "sigma" per component): how far a component may move
@@ -123,9 +124,7 @@ def pose_key(frame: Frame, face: Face) -> PoseKey:
         return PoseKey(shape, 0.0, 0.0, 0.0, 0.0, 0.0, colour)
     shape = _normalise(lm, lm[36:42].mean(0), lm[42:48].mean(0))
     yaw, pitch, roll = _head_pose(lm, (w, h))
-    mouth_w = _dist(lm[60], lm[64]) or 1.0
-    mouth_open = (_dist(lm[61], lm[67]) + _dist(lm[62], lm[66]) + _dist(lm[63], lm[65])) / (
-        3 * mouth_w)
+    mouth_open = mouth_open_ratio(lm)
     ears = []
     for e in (lm[36:42], lm[42:48]):
         ears.append((_dist(e[1], e[5]) + _dist(e[2], e[4])) / (2 * (_dist(e[0], e[3]) or 1.0)))

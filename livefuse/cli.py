@@ -19,9 +19,6 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source-face-index", type=int, default=None,
                    help="face of the source photo to use, left to right from 0 among the "
                         "plausible faces (default: the most confident one)")
-    p.add_argument("--reference", type=Path, default=None,
-                   help="photo of the target person: swap only the face nearest to it (implies "
-                        "--face-selector reference)")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -33,10 +30,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_run_paths(args.target, args.output, {"source": args.source,
                                                "reference": args.reference})
     config = choose_engine(args)
-    if config.face_selector == "reference" and args.reference is None:
-        raise LivefuseError("--face-selector reference needs --reference PHOTO")
-    if args.reference is not None and config.face_selector != "reference":
-        raise LivefuseError("--reference is used only with --face-selector reference")
     engine = Engine(config)
     engine.set_source(load_image(args.source), face_index=args.source_face_index)
     for note in engine.source_notes:
@@ -160,8 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("PySide6", "shiboken6"):
-            print("livefuse: error: the desktop app needs PySide6: pip install 'livefuse[gui]' "
-                  "(or use `livefuse run`, `livefuse live`)", file=sys.stderr)
+            from livefuse.extras import install_hint
+
+            print(f"livefuse: error: the desktop app needs PySide6: {install_hint('gui')}; or "
+                  "use `livefuse run`, `livefuse live`", file=sys.stderr)
             return 2
         raise
     except LivefuseError as exc:

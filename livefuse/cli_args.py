@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from livefuse.config import (
     BACKEND_CHOICES,
@@ -56,8 +57,8 @@ def add_models_dir_arg(p: argparse.ArgumentParser, default: object = None,
 
 def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEFAULTS) -> None:
     """Add ``--engine --precision --backend --device --models-dir --face-selector
-    --target-face-index --detect-every --blend --no-keep-mouth`` and the neural engine's
-    options, each defaulting to its value in ``defaults`` (``livefuse live`` passes
+    --target-face-index --reference --detect-every --blend --[no-]keep-mouth`` and the neural
+    engine's options, each defaulting to its value in ``defaults`` (``livefuse live`` passes
     :data:`livefuse.config.LIVE_DEFAULTS`' engine). Every help text names its default itself,
     so any parser shows them."""
     d = defaults
@@ -82,6 +83,9 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
                    help="one: the largest target face (or --target-face-index); many: every "
                         "face; reference: the face nearest to --reference; "
                         f"--target-face-index implies one (default: {selector})")
+    p.add_argument("--reference", type=Path, default=None, metavar="PHOTO",
+                   help="photo of the target person: swap only the face nearest to it by "
+                        "embedding (implies --face-selector reference)")
     p.add_argument("--target-face-index", type=int, default=None,
                    help="the one target face to swap, counted left to right from 0 (implies "
                         "--face-selector one) (default: the largest)")
@@ -91,8 +95,11 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
     p.add_argument("--blend", choices=BLEND_CHOICES, default=d.blend,
                    help="classic: feather (soft alpha edge, keeps identity) or seamless (Poisson "
                         "clone, washes identity out) (default: %(default)s)")
-    p.add_argument("--no-keep-mouth", dest="keep_mouth", action="store_false",
-                   help="do not keep the target's inner mouth (default: kept)")
+    p.add_argument("--keep-mouth", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep the target's open inner mouth (teeth, tongue) over the swap: the "
+                        "classic engine finds it from its 68 landmarks, the neural one with the "
+                        "face parser, so there only with --face-mask-types region (default: on "
+                        "wherever the engine can)")
     p.add_argument("--rotation", choices=ROTATION_CHOICES, default=d.rotation,
                    help="faces on their side or upside down: auto = try the frame turned by "
                         "90/180/270 degrees when no upright face is found; always = at every "
@@ -144,17 +151,32 @@ def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
 
 def _face_selector(args: argparse.Namespace) -> FaceSelector:
     """``--face-selector``; when it is not given, ``one`` with ``--target-face-index``,
-    ``reference`` with ``--reference`` (`run` only), else the command's default."""
-    if args.face_selector is None:
+    ``reference`` with ``--reference``, else the command's default.
+
+    Raises:
+        ConfigError: ``--face-selector reference`` without ``--reference``, ``--reference`` with
+            another selector, ``--target-face-index`` with a selector other than ``one``.
+    """
+    selector = args.face_selector
+    if selector is None:
+        if args.target_face_index is not None and args.reference is not None:
+            raise ConfigError("--target-face-index and --reference each pick the face to swap: "
+                              "give one of them")
         if args.target_face_index is not None:
             return "one"
-        if getattr(args, "reference", None) is not None:
+        if args.reference is not None:
             return "reference"
         return args.default_face_selector
-    if args.target_face_index is not None and args.face_selector != "one":
+    if args.target_face_index is not None and selector != "one":
         raise ConfigError(f"--target-face-index picks one face: it cannot be used with "
-                          f"--face-selector {args.face_selector}")
-    return args.face_selector
+                          f"--face-selector {selector}")
+    if selector == "reference" and args.reference is None:
+        raise ConfigError("--face-selector reference needs --reference PHOTO (the face to swap "
+                          "is the one nearest to that person)")
+    if args.reference is not None and selector != "reference":
+        raise ConfigError(f"--reference is used only with --face-selector reference, not "
+                          f"{selector}")
+    return selector
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -162,8 +184,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     ``--engine auto`` stays ``auto`` (nothing is probed here; see :func:`choose_engine`).
 
     Raises:
-        ConfigError: an option is out of range, or ``--target-face-index`` is given with a
-            selector other than ``one``.
+        ConfigError: an option is out of range, or a face selector combination that cannot
+            work (see :func:`_face_selector`).
     """
     d: EngineConfig = args.engine_defaults
     return EngineConfig(engine=args.engine, precision=args.precision, backend=args.backend,
@@ -171,7 +193,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         face_selector=_face_selector(args),
                         target_face_index=args.target_face_index,
                         detect_every=args.detect_every, blend=args.blend,
-                        keep_mouth=args.keep_mouth, rotation=args.rotation,
+                        keep_mouth=d.keep_mouth if args.keep_mouth is None else args.keep_mouth,
+                        rotation=args.rotation,
                         smooth=args.smooth, pixel_boost=args.pixel_boost,
                         face_mask_types=tuple(args.face_mask_types or d.face_mask_types),
                         face_mask_regions=tuple(args.face_mask_regions or d.face_mask_regions),
@@ -185,9 +208,15 @@ def check_engine_options(args: argparse.Namespace, choice: EngineChoice) -> None
 
     Raises:
         ConfigError: ``--face-mask-types`` with the classic engine, ``--blend`` with the neural
-            one, and the like; the message names the options and the way out.
+            one, ``--[no-]keep-mouth`` with the neural one without the region mask, and the
+            like; the message names the options and the way out.
     """
     engine = choice.engine
+    if engine == "neural" and args.keep_mouth is not None and \
+            "region" not in (args.face_mask_types or ()):
+        raise ConfigError(f"--{'' if args.keep_mouth else 'no-'}keep-mouth: the neural engine "
+                          "finds the mouth with the face parser, so it reads this option only "
+                          "with --face-mask-types region (without it the mouth is swapped)")
     wrong = _given(args, _NEURAL_ONLY if engine == "classic" else _CLASSIC_ONLY)
     if not wrong:
         return

@@ -15,6 +15,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from livefuse.extras import EXTRAS, install_hint
+
 Level = Literal["ok", "info", "warn", "fail"]
 
 ORT_DISTRIBUTIONS = (
@@ -176,7 +178,7 @@ def check_cameras(platform: str = sys.platform,
                   sysfs: Path = Path("/sys/class/video4linux")) -> list[Check]:
     """Virtual-camera backends and physical cameras (device names only; nothing is opened)."""
     vcam_lib = importlib.util.find_spec("pyvirtualcam") is not None
-    lib_note = () if vcam_lib else ("pip install 'livefuse[vcam]'",)
+    lib_note = () if vcam_lib else (install_hint("vcam"),)
     if platform.startswith("linux"):
         from livefuse.io.sources import v4l2_devices
 
@@ -233,6 +235,31 @@ def check_stages() -> list[Check]:
     return [Check(f"neural {p.stage}", "info", p.where, (p.why,)) for p in plan]
 
 
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken parent package or a stub left in sys.modules
+        return False
+
+
+def check_extras(installed: Callable[[str], bool] = _importable,
+                 version_of: Callable[[str], str | None] = _installed_version) -> list[Check]:
+    """Each optional extra (:data:`livefuse.extras.EXTRAS`, the one table): what it enables,
+    whether its packages are installed, and the install line when one is missing."""
+    checks = []
+    for e in EXTRAS:
+        absent = [p.distribution for p in e.packages if not installed(p.module)]
+        if absent:
+            checks.append(Check(f"extra {e.name}", "info",
+                                f"missing {', '.join(absent)}: {e.enables}",
+                                (install_hint(e.name),)))
+            continue
+        found = ", ".join(f"{p.distribution} {version_of(p.distribution) or ''}".rstrip()
+                          for p in e.packages)
+        checks.append(Check(f"extra {e.name}", "ok", f"{found}: {e.enables}"))
+    return checks
+
+
 def collect(models_directory: Path | None = None, *,
             version_of: Callable[[str], str | None] = _installed_version,
             platform: str = sys.platform,
@@ -240,7 +267,7 @@ def collect(models_directory: Path | None = None, *,
     """Run every check. Never raises for a missing optional piece."""
     return [check_python(), *check_engine(models_directory, version_of), *check_torch(),
             *check_onnxruntime(version_of), *check_stages(), *check_models(models_directory),
-            *check_cameras(platform, sysfs)]
+            *check_cameras(platform, sysfs), *check_extras(version_of=version_of)]
 
 
 _MARK = {"ok": " ok ", "info": "info", "warn": "WARN", "fail": "FAIL"}

@@ -22,7 +22,12 @@ from livefuse.config import MODEL_RELOAD_FIELDS, CacheConfig, EngineConfig
 from livefuse.errors import FaceIndexError, NoFaceError
 from livefuse.faces.analyser import Analyser
 from livefuse.faces.rotation import detect_rotated
-from livefuse.faces.selection import choose_source_face, detect_robust, select_targets
+from livefuse.faces.selection import (
+    choose_source_face,
+    detect_robust,
+    drop_weak,
+    select_targets,
+)
 from livefuse.faces.smoothing import FaceSmoother
 from livefuse.faces.tracking import FaceTracker, iou
 from livefuse.imaging import LoadedImage
@@ -203,12 +208,14 @@ class Engine:
         self.cache.invalidate()
 
     def set_reference(self, image: LoadedImage) -> None:
-        """Use the largest face of ``image`` as the reference for ``face_selector='reference'``.
+        """Use the largest face of ``image`` as the reference for ``face_selector='reference'``
+        (after the detection policy, :func:`~livefuse.faces.selection.drop_weak`: a badge that
+        dlib scores near zero is never the reference, however large).
 
         Raises:
             NoFaceError: the reference photo has no face.
         """
-        faces = detect_robust(self.analyser, image.bgr)
+        faces, _ = drop_weak(detect_robust(self.analyser, image.bgr))
         if not faces:
             raise NoFaceError(image.path, "reference photo")
         face = max(faces, key=lambda f: f.area)
@@ -236,7 +243,10 @@ class Engine:
             torch.cuda.synchronize(self.stager.device)
 
     def _detect(self, frame: StagedFrame) -> list[Face]:
-        faces = detect_rotated(self.analyser.detect, frame, self.config.rotation)
+        """A full detection pass on a target frame (still image or video), at every turn the
+        rotation setting asks for, then the detection policy (:func:`drop_weak`) that sources
+        and references get too."""
+        faces, _ = drop_weak(detect_rotated(self.analyser.detect, frame, self.config.rotation))
         if self.config.face_selector == "reference" and self._reference is not None:
             faces = [replace(f, embedding=self.analyser.embed(frame.host, f)) for f in faces]
         return faces

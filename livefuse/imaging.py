@@ -22,6 +22,8 @@ from livefuse.errors import ImageLoadError
 from livefuse.types import Frame
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
+ALPHA_SUFFIXES = frozenset({".png", ".webp", ".tif", ".tiff"})
+"""Output formats that keep an alpha channel (:func:`save_image` writes it there)."""
 
 
 @dataclass(frozen=True)
@@ -29,14 +31,19 @@ class LoadedImage:
     """A decoded image.
 
     Attributes:
-        bgr: ``(H, W, 3) uint8 BGR``; transparent pixels are flattened onto black.
+        bgr: ``(H, W, 3) uint8 BGR``; transparent pixels are flattened onto black (what the
+            detector and the swap see).
         alpha: ``(H, W) uint8`` alpha channel, or ``None`` when the file had none.
         path: where it came from.
+        straight: with ``alpha``, the file's own colour ``(H, W, 3) uint8 BGR`` (straight, not
+            multiplied by alpha; grey repeated for LA), which an output with alpha keeps
+            outside the swapped faces (:func:`keep_straight_colour`); else ``None``.
     """
 
     bgr: Frame
     alpha: npt.NDArray[np.uint8] | None
     path: Path
+    straight: Frame | None = None
 
 
 def _to_uint8(arr: npt.NDArray[np.generic]) -> npt.NDArray[np.uint8]:
@@ -53,7 +60,7 @@ def _to_uint8(arr: npt.NDArray[np.generic]) -> npt.NDArray[np.uint8]:
     return np.clip(np.nan_to_num(a) * (255.0 / top) + 0.5, 0, 255).astype(np.uint8)
 
 
-def _decode(im: Image.Image) -> tuple[Frame, npt.NDArray[np.uint8] | None]:
+def _decode(im: Image.Image) -> tuple[Frame, npt.NDArray[np.uint8] | None, Frame | None]:
     mode = im.mode
     if mode == "P" or mode == "PA":
         im = im.convert("RGBA" if ("transparency" in im.info or mode == "PA") else "RGB")
@@ -63,6 +70,7 @@ def _decode(im: Image.Image) -> tuple[Frame, npt.NDArray[np.uint8] | None]:
         im = im.convert("L")
     mode = im.mode
     alpha: npt.NDArray[np.uint8] | None = None
+    straight: Frame | None = None
     if mode in ("RGBA", "LA", "RGBa", "La"):
         if mode in ("RGBa", "La"):
             im = im.convert(mode.upper())
@@ -71,6 +79,7 @@ def _decode(im: Image.Image) -> tuple[Frame, npt.NDArray[np.uint8] | None]:
         color = arr[..., :-1]
         if color.shape[-1] == 1:
             color = np.repeat(color, 3, axis=-1)
+        straight = np.ascontiguousarray(_to_uint8(color)[..., ::-1])
         # Flatten onto black so detection never sees garbage behind transparent pixels.
         color = (color.astype(np.uint16) * alpha[..., None] // 255).astype(np.uint8)
         rgb = color
@@ -81,7 +90,7 @@ def _decode(im: Image.Image) -> tuple[Frame, npt.NDArray[np.uint8] | None]:
         rgb = np.repeat(gray[..., None], 3, axis=-1)
     rgb = _to_uint8(rgb)
     bgr = np.ascontiguousarray(rgb[..., ::-1])
-    return bgr, alpha
+    return bgr, alpha, straight
 
 
 def load_image(path: str | os.PathLike[str]) -> LoadedImage:
@@ -106,7 +115,7 @@ def load_image(path: str | os.PathLike[str]) -> LoadedImage:
     try:
         with Image.open(p) as im:
             im.load()  # decodes now so a truncated file fails here, not later
-            bgr, alpha = _decode(ImageOps.exif_transpose(im) or im)
+            bgr, alpha, straight = _decode(ImageOps.exif_transpose(im) or im)
     except UnidentifiedImageError as exc:
         raise ImageLoadError(p, "not a recognised image format") from exc
     except (OSError, SyntaxError, ValueError) as exc:
@@ -116,7 +125,20 @@ def load_image(path: str | os.PathLike[str]) -> LoadedImage:
         raise ImageLoadError(p, f"cannot decode: {msg}") from exc
     if bgr.ndim != 3 or bgr.shape[0] == 0 or bgr.shape[1] == 0:
         raise ImageLoadError(p, f"decoded to an empty image of shape {bgr.shape}")
-    return LoadedImage(bgr=bgr, alpha=alpha, path=p)
+    return LoadedImage(bgr=bgr, alpha=alpha, path=p, straight=straight)
+
+
+def keep_straight_colour(output: Frame, image: LoadedImage) -> Frame:
+    """``output`` (a frame made from ``image.bgr``, e.g. the swapped target) with the file's
+    straight-alpha colour put back wherever ``output`` left ``image.bgr`` unchanged, so that with
+    ``image.alpha`` written beside it every pixel outside the swapped faces comes out as in the
+    file (a semi-transparent (234, 131, 91) at alpha 53 stays that, not the flattened
+    (48, 27, 18)). ``output`` itself when the image has no alpha.
+    """
+    if image.straight is None:
+        return output
+    changed = (output != image.bgr).any(axis=2)
+    return np.where(changed[..., None], output, image.straight).astype(np.uint8)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -151,7 +173,7 @@ def save_image(path: str | os.PathLike[str], bgr: Frame,
     if suffix not in IMAGE_SUFFIXES:
         raise ImageLoadError(p, f"unsupported output image suffix '{suffix}'")
     img: npt.NDArray[np.uint8] = bgr
-    if alpha is not None and suffix in (".png", ".webp", ".tif", ".tiff"):
+    if alpha is not None and suffix in ALPHA_SUFFIXES:
         img = np.dstack([bgr, alpha])
     ok, buf = cv2.imencode(suffix, img)
     if not ok:

@@ -127,8 +127,8 @@ class LiveRunner:
         self._source_face = source_face
         self._face_index = face_index
         self._face = face
-        self.max_open_attempts = max_open_attempts
         self._reference = reference
+        self.max_open_attempts = max_open_attempts
         self._pending = _Pending(source_face=source_face, face_index=face_index, face=face,
                                  reference=reference)
         self._lock = threading.Lock()  # guards _pending, start/stop
@@ -340,10 +340,10 @@ class LiveRunner:
             self.status("engine settings ignored: this runner was given a fixed engine")
         if self._engine is not None and self._stage is None:
             self._stage = self._engine.stage
-        if image is not None and self._engine is not None:
-            self._engine.set_source(image, self._face_index, self._face)
         if reference is not None and self._engine is not None:
             self._engine.set_reference(reference)
+        if image is not None and self._engine is not None:
+            self._engine.set_source(image, self._face_index, self._face)
 
     def _needs_rebuild(self, cfg: AppConfig) -> bool:
         from livefuse.config import MODEL_RELOAD_FIELDS

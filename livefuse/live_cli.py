@@ -5,7 +5,6 @@ same :class:`~livefuse.session.Session` as the desktop app."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import signal
 import sys
 import threading
@@ -13,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from livefuse import extras
 from livefuse.cli_args import HelpFormatter, add_engine_args, choose_engine
 from livefuse.config import LIVE_DEFAULTS, AppConfig, CacheConfig, CaptureConfig, OutputConfig
 from livefuse.errors import LivefuseError, VideoError
@@ -55,7 +55,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--cache-threshold", type=float, default=cache.threshold,
                    help="similarity (0..1] at or above which a cached swap is reused")
     add_engine_args(p, LIVE_DEFAULTS.engine)
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
+    p.add_argument("--metrics-port", type=int,
+                   help="serve Prometheus metrics on 127.0.0.1:PORT (needs the metrics extra)")
     p.add_argument("--duration", type=float, help="stop after S seconds")
     p.set_defaults(func=run_live)
 
@@ -94,8 +95,11 @@ def run_live(args: argparse.Namespace) -> int:
                          "is not a file")
     config = app_config(args)
     face = load_image(args.source)
-    if args.virtual_cam and importlib.util.find_spec("pyvirtualcam") is None:
-        raise LivefuseError("--virtual-cam needs pyvirtualcam: pip install 'livefuse[vcam]'")
+    reference = None if args.reference is None else load_image(args.reference)
+    if args.virtual_cam:
+        extras.require("vcam", "--virtual-cam")
+    if args.metrics_port is not None:
+        extras.require("metrics", "--metrics-port", module="prometheus_client")
     if not args.virtual_cam and args.record is None:
         print("note: no --virtual-cam and no --record: frames are processed and measured only",
               file=sys.stderr)
@@ -118,7 +122,9 @@ def run_live(args: argparse.Namespace) -> int:
 
     metrics = Metrics()
     session = Session(config, on_status=say, metrics=metrics)
-    session.set_source_face(face)
+    session.set_source_face(face)  # a recording that is an input is refused here
+    if reference is not None:
+        session.set_reference(reference)
     engine = session.prepare()  # a photo without a face or a bad model fails here
     for note in engine.source_notes:
         print(f"source: {note}", file=sys.stderr)

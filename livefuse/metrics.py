@@ -244,8 +244,10 @@ def start_prometheus(metrics: Metrics, port: int, addr: str = "127.0.0.1") -> An
         from prometheus_client import CollectorRegistry, start_http_server
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     except ImportError as exc:
-        raise RuntimeError("prometheus_client is not installed: pip install "
-                           "'livefuse[metrics]'") from exc
+        from livefuse.extras import install_hint
+
+        raise RuntimeError(f"prometheus_client is not installed: {install_hint('metrics')}"
+                           ) from exc
 
     class _Collector:
         def collect(self) -> Any:

@@ -4,9 +4,6 @@
 variant (fp16 vs fp32, cache vs no cache, enhancer or masks on vs off), and reports PSNR and SSIM
 of the variant's output against the reference's, on the face region only (the union of the
 reference's face boxes: the rest of the frame is the input in both), per frame min and mean.
-
-LPIPS (Zhang et al. 2018) would need its AlexNet/VGG backbone weights, which are not installed and
-cannot be downloaded here: the report says it is skipped rather than pretending.
 """
 
 from __future__ import annotations
@@ -21,9 +18,6 @@ from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage
 from livefuse.types import Face, Frame
-
-LPIPS_NOTE = ("LPIPS skipped: its AlexNet/VGG backbone weights are not installed (no download "
-              "here); PSNR and SSIM only")
 
 
 @dataclass(frozen=True)
@@ -110,4 +104,4 @@ def compare(name: str, frames: Sequence[Frame], source: LoadedImage,
                       ssim_min=float(min(ssims)), note=note)
 
 
-__all__ = ["HEADER", "LPIPS_NOTE", "QualityRow", "compare", "face_region", "psnr_ssim"]
+__all__ = ["HEADER", "QualityRow", "compare", "face_region", "psnr_ssim"]

@@ -11,7 +11,14 @@ from tqdm import tqdm
 
 from livefuse.engine import Engine
 from livefuse.errors import MIN_FACE_PX, LivefuseError
-from livefuse.imaging import is_image_path, load_image, save_image
+from livefuse.imaging import (
+    ALPHA_SUFFIXES,
+    is_image_path,
+    keep_straight_colour,
+    load_image,
+    save_image,
+)
+from livefuse.io.paths import check_output
 from livefuse.io.video import OUTPUT_VIDEO_SUFFIXES, is_video_path, probe, transcode
 from livefuse.types import Frame
 
@@ -52,7 +59,8 @@ class RunSummary:
 
 
 def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
-    """Swap onto a still image. A target's alpha channel is kept on output (PNG/WebP/TIFF).
+    """Swap onto a still image. A target's alpha channel is kept on output (PNG/WebP/TIFF),
+    and with it the target's own straight colour outside the swapped faces.
 
     Raises:
         ImageLoadError: unreadable target. FaceIndexError: target index out of range.
@@ -69,7 +77,10 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
     if packet.swapped == 0:
         raise NothingSwappedError(f"no face was swapped in '{target}': no face found "
                                   f"(faces need to be roughly frontal, >= {MIN_FACE_PX} px wide)")
-    save_image(output, packet.output, img.alpha)
+    out = packet.output
+    if img.alpha is not None and output.suffix.lower() in ALPHA_SUFFIXES:
+        out = keep_straight_colour(out, img)  # else the colour flattened onto black is right
+    save_image(output, out, img.alpha)
     return summary
 
 
@@ -137,22 +148,18 @@ def rate_text(rate: Fraction, measured: Fraction | None = None) -> str:
 
 
 def check_output_path(output: Path, inputs: dict[str, Path | None]) -> None:
-    """Refuse an output path that is one of the inputs (symlinks and ``..`` resolved).
+    """Refuse an output path that is a folder or one of the inputs (the rule of
+    :func:`livefuse.io.paths.check_output`: ``./``, ``..``, symlinks and hard links included).
 
     Args:
         inputs: role (``target``, ``source``, ``reference``) -> path.
 
     Raises:
-        LivefuseError: naming the input the output would overwrite.
+        LivefuseError: a folder; OutputIsInputError: naming the input the output would overwrite.
     """
     if output.is_dir():
         raise LivefuseError(f"output '{output}' is a folder; give a file name")
-    if not output.exists():
-        return
-    for role, path in inputs.items():
-        if path is not None and path.exists() and output.resolve() == path.resolve():
-            raise LivefuseError(
-                f"output '{output}' is the {role} itself; inputs are never overwritten")
+    check_output(output, inputs)
 
 
 def run(engine: Engine, target: Path, output: Path, progress: bool = True,

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from livefuse.config import AppConfig, CaptureConfig, OutputConfig
+from livefuse.errors import ConfigError
 from livefuse.imaging import LoadedImage
+from livefuse.io.paths import check_output
 from livefuse.io.sinks import PreviewSink, RecorderSink, Sink, VirtualCameraSink
 from livefuse.io.sources import (
     CameraSource,
@@ -171,6 +173,36 @@ class Session:
         with contextlib.suppress(Exception):
             self._on_status(line)
 
+    def check_outputs(self, config: AppConfig | None = None, *,
+                      source_face: LoadedImage | None = None,
+                      reference: LoadedImage | None = None) -> None:
+        """Refuse a recording path that is one of the session's inputs (the video standing in
+        for the camera, the source photo, the reference photo), however it is spelled
+        (:func:`livefuse.io.paths.check_output`). ``config``, ``source_face`` and ``reference``
+        default to the session's own; :meth:`start`, :meth:`apply`, :meth:`prepare`,
+        :meth:`set_source_face` and :meth:`set_reference` call it before they change anything.
+
+        Raises:
+            OutputIsInputError: naming the recording and the input it would overwrite.
+        """
+        config = config or self._config
+        if not config.output.record:
+            return
+        source_face = source_face or self._source_face
+        reference = reference or self._reference
+        capture = config.capture
+        check_output(config.output.record, {
+            "video input": capture.video if capture.kind == "video" else None,
+            "source photo": None if source_face is None else source_face.path,
+            "reference photo": None if reference is None else reference.path,
+        }, what="recording")
+
+    def _check_reference(self, config: AppConfig) -> None:
+        if config.engine.face_selector == "reference" and self._reference is None:
+            raise ConfigError("the reference face selector needs a reference photo (the face "
+                              "to swap is the one nearest to it; `livefuse live --reference "
+                              "PHOTO`)")
+
     # -- setup ----------------------------------------------------------------------------------
     def set_source_face(self, image: LoadedImage, face: Face | None = None,
                         face_index: int | None = None) -> None:
@@ -182,7 +214,9 @@ class Session:
 
         Raises:
             NoFaceError / FaceIndexError: (prepared, not running) no usable face.
+            OutputIsInputError: the recording path is this photo.
         """
+        self.check_outputs(source_face=image)
         self._source_face, self._face, self._face_index = image, face, face_index
         runner = self._runner
         if runner is not None:
@@ -198,7 +232,9 @@ class Session:
 
         Raises:
             NoFaceError: (prepared, not running) the photo has no face.
+            OutputIsInputError: the recording path is this photo.
         """
+        self.check_outputs(reference=image)
         runner = self._runner
         if runner is None and self._engine is not None:
             self._engine.set_reference(image)  # a photo without a face is refused, not kept
@@ -212,8 +248,11 @@ class Session:
         any device opens (``livefuse live`` calls it; the app lets the runner build it).
 
         Raises:
-            LivefuseError: a model is missing or corrupt, the photo has no usable face, ...
+            LivefuseError: a model is missing or corrupt, the photo has no usable face, the
+                recording would overwrite an input, the reference selector has no reference...
         """
+        self.check_outputs()
+        self._check_reference(self._config)
         if self._engine is None:
             self._engine = self._engine_factory(self._config)
         if self._source_face is not None:
@@ -259,12 +298,16 @@ class Session:
         :meth:`prepare` built it).
 
         Raises:
-            LivefuseError: the source cannot be described (a video input without a file), or a
-                sink cannot be made (a recording path with an unsupported suffix).
+            LivefuseError: the source cannot be described (a video input without a file), a
+                sink cannot be made (a recording path with an unsupported suffix), the recording
+                would overwrite an input (OutputIsInputError), or the reference selector has no
+                reference photo (ConfigError).
         """
         with self._lock:
             if self._runner is not None:
                 return
+            self.check_outputs()
+            self._check_reference(self._config)
             source = self._source_factory(self._config.capture)
             self._sync_sinks()
             engine, factory = (self._engine, None) if self._engine is not None else \
@@ -314,10 +357,15 @@ class Session:
         """Take new settings (see the module docstring for what each change does).
 
         Raises:
-            ConfigError: invalid settings (nothing is changed).
+            ConfigError: invalid settings, or the reference selector without a reference photo
+                (nothing is changed).
+            OutputIsInputError: the new recording path is one of the inputs (nothing is changed).
             LivefuseError: a new source or sink cannot be made (the old one keeps running).
         """
         config = config.validate()
+        self.check_outputs(config)
+        if self._runner is not None:
+            self._check_reference(config)
         with self._lock:
             old, self._config = self._config, config
             runner = self._runner

@@ -110,3 +110,13 @@ def expected_detection(cell_x: int, cell_y: int, scale: float) -> tuple[np.ndarr
     bbox = np.array([centre[0] - 64, centre[1] - 64, centre[0] + 64, centre[1] + 64], np.float32)
     kps = centre[None, :] + KPS_OFFSETS * 32.0
     return bbox / scale, kps / scale
+
+
+def block_face_frame(cell: tuple[int, int], seed: int) -> np.ndarray:
+    """640x640 BGR: dim texture (40..89) and a white 32x32 block at ``cell`` (in 32 px cells),
+    which the synthetic SCRFD reads as a face."""
+    rng = np.random.default_rng(seed)
+    frame = rng.integers(40, 90, (640, 640, 3), dtype=np.uint8)
+    cx, cy = cell
+    frame[32 * cy:32 * (cy + 1), 32 * cx:32 * (cx + 1)] = 255
+    return frame

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from synthetic_faces import build_arcface, build_scrfd
+from synthetic_faces import block_face_frame, build_arcface, build_scrfd
 
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.engine import Engine
@@ -32,20 +32,11 @@ def enhancer_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return R.export_gfpgan(R.random_unet_enhancer(0), tmp_path_factory.mktemp("enh") / "e.onnx")
 
 
-def _frame(cell: tuple[int, int], seed: int) -> np.ndarray:
-    """640x640: mid-grey texture and a white 32x32 block the synthetic SCRFD reads as a face."""
-    rng = np.random.default_rng(seed)
-    frame = rng.integers(40, 90, (640, 640, 3), dtype=np.uint8)
-    cx, cy = cell
-    frame[32 * cy:32 * (cy + 1), 32 * cx:32 * (cx + 1)] = 255
-    return frame
-
-
 def _engine(paths: NeuralPaths, cache: CacheConfig | None = None, **kw: object) -> Engine:
     cfg = EngineConfig(engine="neural", backend="onnxruntime", precision="fp32", device="cpu",
                        smooth=False, **kw)  # type: ignore[arg-type]
     eng = Engine(cfg, components=build_neural(cfg, paths), cache=cache)
-    eng.set_source(LoadedImage(bgr=_frame((5, 6), 1), alpha=None, path=Path("src.png")))
+    eng.set_source(LoadedImage(bgr=block_face_frame((5, 6), 1), alpha=None, path=Path("src.png")))
     return eng
 
 
@@ -53,7 +44,7 @@ def test_occlusion_mask_keeps_an_object_in_front_of_the_face(paths: NeuralPaths)
     """A bar of the occluder replica's key colour across the face stays as it is with the
     occlusion mask on, and is painted over by the swap without it. (The replica is set to call
     that colour occluded: this proves the plumbing through the engine, not XSeg's accuracy.)"""
-    frame = _frame((10, 9), 2)
+    frame = block_face_frame((10, 9), 2)
     bar = (slice(326, 344), slice(250, 390))  # below the white block the detector sees
     frame[bar] = R.KEY_BGR
     plain = _engine(paths).process(frame.copy())
@@ -79,7 +70,7 @@ class _CountingEnhancer(FaceEnhancer):
 
 
 def test_enhancer_runs_on_cache_misses_only(paths: NeuralPaths, enhancer_file: Path) -> None:
-    frames = [_frame((10, 9), 2)] * 12
+    frames = [block_face_frame((10, 9), 2)] * 12
     outs = {}
     for cached in (False, True):
         _CountingEnhancer.calls = _CountingEnhancer.faces = 0

@@ -34,6 +34,9 @@ SAMPLES: dict[str, Any] = {
     "node": "Conv_12",
     "op": "Conv",
     "width": 26.4,
+    "output": Path("/tmp/a folder/../out.mp4"),
+    "input_path": Path("/tmp/in.mp4"),
+    "what": "recording",
 }
 # Classes whose discovery proves the walk reaches every package (one per module family).
 EXPECTED = {
@@ -41,7 +44,7 @@ EXPECTED = {
     "UnknownModelError", "ModelDownloadError", "ModelMissingError", "ModelVerifyError",
     "ProviderError", "InswapperGraphError", "NothingSwappedError", "NeuralSwapError",
     "VramError", "FaceModelError", "CameraError", "SourceFailedError", "UnknownPackError",
-    "OnnxOpError", "GraphError", "FaceTooSmallError",
+    "OnnxOpError", "GraphError", "FaceTooSmallError", "OutputIsInputError",
 }
 
 

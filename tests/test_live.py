@@ -15,8 +15,8 @@ import pytest
 import pyvirtualcam
 from recording_cam import recording_backend
 from skimage import data
+from stub_engine import PassEngine, wait_for
 
-from livefuse.cache import PoseCache
 from livefuse.config import AppConfig, CacheConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage, load_image
@@ -36,15 +36,6 @@ class MissingBackend(RecordingBackend):
 
 
 pyvirtualcam.register_backend("missing", MissingBackend)
-
-
-def _wait(cond: Any, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +66,7 @@ def test_frames_flow_to_the_virtual_camera(clip_path: Path, source_face: LoadedI
                             factory=lambda c: Engine(c.engine, cache=c.cache))
         runner.start()
         # new frames, not re-sends: the camera re-sends its last frame while the engine works
-        assert _wait(lambda: cam.frames_new >= 15, 30), statuses
+        assert wait_for(lambda: cam.frames_new >= 15, 30), statuses
         assert runner.stop(1.0)
     snap = runner.metrics.snapshot()
     assert snap.frames_processed >= 15 and snap.latency_p50_ms is not None
@@ -112,12 +103,12 @@ def test_missing_virtual_camera_is_reported_and_the_rest_runs(source_face: Loade
         runner = LiveRunner(_Passthrough(), TestPatternSource(160, 120, 60),
                             [cam, CallbackSink(lambda f, t: got.append(1))])
         runner.start()
-        assert _wait(lambda: len(got) >= 10, 10)
+        assert wait_for(lambda: len(got) >= 10, 10)
         assert runner.stop(1.0)
     assert any("virtual camera missing: " in s and "no v4l2loopback" in s for s in statuses)
 
 
-class _Passthrough:
+class _Passthrough(PassEngine):
     """An engine stub: the frame through unchanged, optionally slowly, optionally raising.
 
     ``seen`` records, per processed frame, the frame's number (from its first pixel row, see
@@ -126,30 +117,15 @@ class _Passthrough:
 
     def __init__(self, delay_s: float = 0.0, fail_every: int = 0,
                  source: _CountingSource | None = None) -> None:
+        super().__init__()
         self.delay_s, self.fail_every, self.calls = delay_s, fail_every, 0
         self.source = source
         self.seen: list[tuple[int, int]] = []
         self.applied: list[EngineConfig] = []
-        self.references: list[LoadedImage] = []
-        self.cache = PoseCache(CacheConfig(enabled=False))
-        self.precision_in_use = "n/a (stub)"
-
-    def set_source(self, image: LoadedImage, face_index: int | None = None,
-                   face: Any = None) -> None:
-        pass
-
-    def set_reference(self, image: LoadedImage) -> None:
-        self.references.append(image)
-
-    def stage(self, frame: Frame) -> StagedFrame:
-        return StagedFrame(host=frame)
 
     def apply(self, config: EngineConfig) -> bool:
         self.applied.append(config)
         return config.precision == EngineConfig().precision
-
-    def set_cache(self, config: CacheConfig) -> None:
-        pass
 
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
@@ -161,8 +137,9 @@ class _Passthrough:
         if self.fail_every and self.calls % self.fail_every == 0:
             raise RuntimeError("stub failure")
         time.sleep(self.delay_s)
-        return FramePacket(index=index, t_capture_ns=t_capture_ns or 0, frame=host,
-                           output=host, timings_ms={"swap": self.delay_s * 1e3})
+        packet = super().process(frame, index, t_capture_ns)
+        packet.timings_ms["swap"] = self.delay_s * 1e3
+        return packet
 
 
 class _CountingSource(TestPatternSource):
@@ -193,7 +170,7 @@ def test_slow_engine_drops_frames_and_never_queues() -> None:
     engine = _Passthrough(delay_s=0.05, source=source)
     runner = LiveRunner(engine, source, [])
     runner.start()
-    assert _wait(lambda: len(engine.seen) >= 10, 30)
+    assert wait_for(lambda: len(engine.seen) >= 10, 30)
     assert runner.stop(2.0)
     snap = runner.metrics.snapshot()
     numbers = [n for n, _ in engine.seen]
@@ -216,7 +193,7 @@ def test_slow_sink_never_queues() -> None:
 
     runner = LiveRunner(_Passthrough(), source, [CallbackSink(slow)])
     runner.start()
-    assert _wait(lambda: len(got) >= 10, 30)
+    assert wait_for(lambda: len(got) >= 10, 30)
     assert runner.stop(2.0)
     # A queue falls further behind the camera at every frame: 50 ms per sink call at 100 fps
     # is ~4 frames more each time, >= 36 frames by the 10th call. One slot keeps the sink near
@@ -236,7 +213,7 @@ def test_engine_and_sink_errors_are_reported_and_stop_still_works() -> None:
     runner = LiveRunner(_Passthrough(fail_every=2), TestPatternSource(64, 48, 60),
                         [CallbackSink(bad_sink)], on_status=statuses.append)
     runner.start()
-    assert _wait(lambda: runner.errors >= 6, 5)
+    assert wait_for(lambda: runner.errors >= 6, 5)
     t0 = time.monotonic()
     assert runner.stop(1.0)
     assert time.monotonic() - t0 < 1.0
@@ -258,14 +235,14 @@ def test_apply_changes_settings_at_a_frame_boundary(source_face: LoadedImage) ->
     runner = LiveRunner(None, ImageSource(np.zeros((48, 64, 3), np.uint8), 100), [],
                         AppConfig(), source_face=source_face, factory=factory)
     runner.start()
-    assert _wait(lambda: runner.metrics.snapshot(memory=False).frames_processed > 3, 10)
+    assert wait_for(lambda: runner.metrics.snapshot(memory=False).frames_processed > 3, 10)
     new = AppConfig(engine=EngineConfig(detect_every=4))
     threading.Thread(target=runner.apply, args=(new,)).start()  # from another thread
-    assert _wait(lambda: bool(engines[0].applied), 10)
+    assert wait_for(lambda: bool(engines[0].applied), 10)
     assert engines[0].applied[-1].detect_every == 4 and len(built) == 1
     for step in range(5):  # fp16 needs another model load: five quick edits, one rebuild
         runner.apply(AppConfig(engine=EngineConfig(detect_every=4 + step, precision="fp16")))
-    assert _wait(lambda: len(built) == 2, 10)
+    assert wait_for(lambda: len(built) == 2, 10)
     time.sleep(2 * REBUILD_DELAY_S)
     assert len(built) == 2 and built[1].engine.detect_every == 8
     assert runner.config.engine.precision == "fp16"
@@ -298,12 +275,12 @@ def test_a_reference_photo_reaches_the_engine_and_survives_a_rebuild(
     session.set_reference(ref)
     session.start()
     try:
-        assert _wait(lambda: len(engines) == 1 and engines[0].references == [ref], 10)
+        assert wait_for(lambda: len(engines) == 1 and engines[0].references == [ref], 10)
         other = dataclasses.replace(ref, path=Path("other.png"))
         session.set_reference(other)
-        assert _wait(lambda: engines[0].references[-1] is other, 10)
+        assert wait_for(lambda: engines[0].references[-1] is other, 10)
         session.apply(AppConfig(engine=EngineConfig(precision="fp16")))  # a model reload
-        assert _wait(lambda: len(engines) == 2 and engines[1].references == [other], 10)
+        assert wait_for(lambda: len(engines) == 2 and engines[1].references == [other], 10)
     finally:
         assert session.stop(2.0)
 
@@ -392,7 +369,7 @@ def test_latency_ends_at_the_virtual_cameras_send() -> None:
     cam = VirtualCameraSink(64, 48, 30, backend="slow")
     runner = LiveRunner(_Passthrough(), TestPatternSource(64, 48, 20), [cam])
     runner.start()
-    assert _wait(lambda: runner.metrics.snapshot(memory=False).frames_out >= 5, 30)
+    assert wait_for(lambda: runner.metrics.snapshot(memory=False).frames_out >= 5, 30)
     assert runner.stop(2.0)
     cam.close()
     snap = runner.metrics.snapshot(memory=False)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -56,8 +59,43 @@ def test_snapshot_latency_and_counts() -> None:
     assert s.stage_ms["swap"] == pytest.approx(4.5)
     assert s.frames_out == 100 and s.dropped == {"capture->engine": 7} and s.cache_hits == 8
     assert s.rss_mib is not None and s.rss_mib > 10
-    assert s.vram_process_mib is None  # no GPU here
     assert "p50/p95 50/95 ms" in s.line() and "cache 73%" in s.line()
+
+
+class _FakeNvml:
+    """pynvml's calls that Metrics makes, for a machine with ``gpus`` devices on which this
+    process holds ``mib`` MiB on each."""
+
+    def __init__(self, gpus: int, mib: int) -> None:
+        self.gpus, self.mib = gpus, mib
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return self.gpus
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(pid=os.getpid(), usedGpuMemory=self.mib * 2**20),
+                SimpleNamespace(pid=os.getpid() + 1, usedGpuMemory=999 * 2**20)]
+
+
+@pytest.mark.parametrize(("gpus", "want"), [(0, None), (2, 2 * 300.0)])
+def test_vram_is_this_process_memory_on_every_gpu_or_none_without_one(
+        monkeypatch: pytest.MonkeyPatch, gpus: int, want: float | None) -> None:
+    """Read through NVML whatever the machine has (CI has no GPU, the H200 has one): only this
+    process's memory counts, summed over the devices; no GPU (or no NVML) reads None."""
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml(gpus, 300))
+    s = Metrics().snapshot()
+    assert s.vram_process_mib == want
+    assert ("vram 600 MiB" in s.line()) == (want is not None)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # nvidia-ml-py not installed
+    assert Metrics().snapshot().vram_process_mib is None
 
 
 def test_prometheus_endpoint_is_local() -> None:

@@ -101,7 +101,9 @@ def test_fp16_within_one_lsb_of_fp32(model_path: Path, frame: np.ndarray,
     ref = outs["onnxruntime", "fp32"].astype(float)
     for key in [("onnxruntime", "fp16"), ("torch", "fp16")]:
         d = np.abs(outs[key].astype(float) - ref)
-        assert d.mean() <= 1.0, key
+        # every pixel within one 8-bit level (measured: max 1, mean 0.05 onnxruntime, 0.07 torch)
+        assert d.max() <= 1, (key, d.max())
+        assert d.mean() <= 0.2, (key, d.mean())
         assert d.max() > 0, key  # fp16 really ran (bit-identical output would mean it did not)
 
 

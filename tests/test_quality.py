@@ -44,5 +44,7 @@ def test_bench_quality_prints_every_row_and_says_what_it_skips() -> None:
     assert cache.frames == 8
     # the first frame is a miss (identical), later hits re-warp an older render: close, not equal
     assert cache.psnr_min > 30 and cache.ssim_min > 0.95 and cache.ssim_mean < 1.0
-    assert any("LPIPS skipped" in line for line in lines)
+    # PSNR and SSIM only: no perceptual metric is claimed that has no code (LPIPS needs
+    # backbone weights that no package here installs)
+    assert not any("LPIPS" in line for line in lines)
     assert "n/a" in rows[0].note

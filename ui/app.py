@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from livefuse.extras import install_hint
+
 NO_DISPLAY = ("livefuse: error: no display: the desktop app needs a graphical session; use "
               "`livefuse live` for a headless session (or set QT_QPA_PLATFORM=offscreen)")
 
@@ -184,7 +186,8 @@ def add_parser(sub: Any) -> None:
         "gui", help="open the desktop app (also what `livefuse` alone does)",
         description="Open the desktop app: pick a source photo and a camera or video, see the "
                     "swapped stream with its fps, latency and VRAM, and send it to a virtual "
-                    "camera. Needs a graphical session and `pip install 'livefuse[gui,vcam]'`.")
+                    "camera. Needs a graphical session and the gui and vcam extras: "
+                    f"{install_hint('gui', 'vcam')}.")
     p.add_argument("--config", type=Path, default=None,
                    help="settings file (default: settings.toml in the user config dir)")
     p.add_argument("--source", type=Path, default=None, help="source face photo to load")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -85,13 +86,27 @@ _KPS_BOX_MARGIN = 0.25  # kps within the bbox grown by this x its size per side;
 # (measured <= 0.24 outside).
 _JAW_MIN_WIDTH = 1.0
 _LANDMARK_BOX_MARGIN = 0.5
-# A detection scoring under this fraction of the best face of the same photo is dropped. dlib's
-# HOG scores are SVM margins (0 = the detection threshold): the grey astronaut's mission patch
-# scores 0.012 beside her face's 1.486 (0.8 %), the weakest real face of t1.jpg 0.478 beside
-# 2.494 (19 %). On the rotated copies above, this drops 2 of the false detections and 6 real
-# faces that dlib barely found (0.03..0.16 beside 1.8..3.2). SCRFD's scores are probabilities
-# above its 0.5 threshold, so the ratio is >= 0.5 and this never drops an SCRFD face.
-_SCORE_RATIO = 0.1
+SCORE_RATIO = 0.1
+"""The detection policy, for source, reference and target images and for every detection pass
+on a video frame (:func:`drop_weak`): a detection scoring under this fraction of the best
+detection of the same image or frame is dropped. dlib's HOG scores are SVM margins (0 = the
+detection threshold): the astronaut's mission patch scores 0.000 (JPEG quality 92), 0.016 (the
+same JPEG with an EXIF rotation) and 0.012 (grey) beside her face's 1.43..1.51 (at most 1.1 %),
+while the weakest real face of t1.jpg scores 0.478 beside 2.494 (19 %). On the rotated copies
+measured below, this drops 2 of the false detections and 6 real faces that dlib barely found
+(0.03..0.16 beside 1.8..3.2). SCRFD's scores are probabilities above its 0.5 threshold, so the
+ratio is >= 0.5 and this never drops an SCRFD face."""
+
+
+def drop_weak(faces: Sequence[Face]) -> tuple[list[Face], list[Face]]:
+    """The one detection policy (see :data:`SCORE_RATIO`): the detections of one image or
+    frame that score at least ``SCORE_RATIO`` x the best of them, and the ones dropped (both in
+    their given order)."""
+    best = max((f.score for f in faces), default=0.0)
+    if best <= 0:
+        return list(faces), []
+    kept = [f for f in faces if f.score >= SCORE_RATIO * best]
+    return kept, [f for f in faces if f.score < SCORE_RATIO * best]
 _SMALL_FACE_PX = 100  # bbox width under which a note warns that the swap will look soft
 # Under this fraction of MIN_FACE_PX the source face is refused: a 22 px astronaut face (found
 # by the upsampling retry) turned all six faces of t1.jpg into smudges; at 0.5 (40 px, where
@@ -189,14 +204,10 @@ def _screen(faces: list[Face]) -> tuple[list[Face], list[str]]:
             plausible.append(f)
         else:
             dropped.append(why)
+    candidates, weak = drop_weak(plausible)
     best = max((f.score for f in plausible), default=0.0)
-    candidates = []
-    for f in plausible:
-        if best > 0 and f.score < _SCORE_RATIO * best:
-            dropped.append(f"score {f.score:.2f}, under {_SCORE_RATIO:g} x the best face's "
-                           f"{best:.2f}")
-        else:
-            candidates.append(f)
+    dropped += [f"score {f.score:.2f}, under {SCORE_RATIO:g} x the best face's {best:.2f}"
+                for f in weak]
     candidates.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
     return candidates, dropped
 

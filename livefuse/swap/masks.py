@@ -36,9 +36,8 @@ import cv2
 import numpy as np
 
 from livefuse.config import FACE_MASK_REGION_CHOICES
-from livefuse.faces.landmarks import INNER_MOUTH, mouth_open_ratio
 from livefuse.models.graph_runner import GraphError, GraphIO, Runner, make_runner, read_io
-from livefuse.types import Affine, FloatArray, Frame
+from livefuse.types import FloatArray, Frame
 
 if TYPE_CHECKING:
     import torch
@@ -62,14 +61,12 @@ IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
 DEFAULT_FEATHER = 0.04
 """Model-mask softening, as a fraction of the crop size (FaceFusion: σ = 5 px)."""
-MOUTH_OPEN_THRESHOLD = 0.12
-"""Inner-lip gap / mouth width above which the mouth counts as open (speech: 0.1-0.4)."""
 MOUTH_FEATHER = 0.01
 """Softening for the parser's mouth mask: the default (σ = 4 % of the crop, then the lower half cut)
 would erase a mouth a few px high."""
 MOUTH_MIN_FRACTION = 0.004
-"""Without landmarks: the mouth counts as open when the parser's inner-mouth class covers at least
-this fraction of the aligned crop."""
+"""The mouth counts as open when the parser's inner-mouth class covers at least this fraction of
+the aligned crop."""
 
 
 def _is_tensor(x: Any) -> bool:
@@ -363,59 +360,17 @@ class FaceParser(_MaskModel):
 
 # ---------------------------------------------------------------------------------- the mouth
 
-def inner_mouth_mask(landmarks: FloatArray, affine: Affine, size: int,
-                     grow: float = 0.15) -> FloatArray:
-    """The target's inner mouth (68-point landmarks 60-67) in aligned space, ``(S, S) float32``.
-
-    The polygon is mapped by ``affine`` (frame px → crop px), grown by ``grow`` about its centre
-    and feathered by ~1.5 % of the crop.
-    """
-    pts = np.asarray(landmarks, np.float64).reshape(-1, 2)[INNER_MOUTH]
-    pts = pts @ np.asarray(affine, np.float64)[:, :2].T + np.asarray(affine, np.float64)[:, 2]
-    c = pts.mean(0)
-    pts = c + (pts - c) * (1.0 + grow)
-    mask = np.zeros((size, size), np.float32)
-    cv2.fillPoly(mask, [np.round(pts * 16).astype(np.int32)], 1.0, lineType=cv2.LINE_AA, shift=4)
-    sigma = max(size * 0.015, 0.5)
-    return np.clip(cv2.GaussianBlur(mask, (0, 0), sigma) * 1.5, 0.0, 1.0).astype(np.float32)
-
-
-def mouth_mask(size: int, *, landmarks: FloatArray | None = None, affine: Affine | None = None,
-               parser_mouth: Any = None) -> Any:
-    """The target's mouth in aligned space, ``(S, S)``: from the 68 landmarks when given (the
-    classic path; needs ``affine``), else the parser's inner-mouth mask (``parser_mouth``, e.g.
-    ``parser.region_masks(crops, MOUTH_REGIONS, feather=MOUTH_FEATHER)[i]``: the neural path has
-    only 5 kps).
-
-    Raises:
-        ValueError: neither landmarks with an affine nor a parser mask.
-    """
-    if landmarks is not None and affine is not None:
-        return inner_mouth_mask(landmarks, affine, size)
-    if parser_mouth is not None:
-        return parser_mouth
-    raise ValueError("mouth_mask needs 68 landmarks and the affine, or the parser's mouth mask")
-
-
-def keep_target_mask(size: int, *, landmarks: FloatArray | None = None,
-                     affine: Affine | None = None, parser_mouth: Any = None,
-                     open_threshold: float = MOUTH_OPEN_THRESHOLD,
-                     min_fraction: float = MOUTH_MIN_FRACTION) -> Any:
-    """Where to keep the **target** (1) instead of the swap, in aligned space, ``(S, S)``.
-
-    The target's inner mouth when its mouth is open, zeros when closed:
-
-    * with 68 landmarks (+ ``affine``): open when :func:`mouth_open_ratio` >= ``open_threshold``;
-    * with the parser's mouth mask only: open when it covers >= ``min_fraction`` of the crop,
-      decided without a host sync for a tensor.
+def keep_target_mask(parser_mouth: Any, min_fraction: float = MOUTH_MIN_FRACTION) -> Any:
+    """Where to keep the **target** (1) instead of the swap, in aligned space, ``(S, S)``: the
+    parser's inner-mouth mask (``parser.region_masks(crops, MOUTH_REGIONS,
+    feather=MOUTH_FEATHER)[i]``) when the mouth is open, i.e. when that mask covers at least
+    ``min_fraction`` of the crop, else zeros; decided without a host sync for a tensor. The
+    neural engine has only 5 kps, so the parser is what sees the mouth (the classic engine keeps
+    it from its 68 landmarks, :mod:`livefuse.swap.classic`).
 
     Use it as ``combine_masks(..., 1 - keep)``.
     """
-    if landmarks is not None and affine is not None:
-        if mouth_open_ratio(landmarks) < open_threshold:
-            return np.zeros((size, size), np.float32)
-        return inner_mouth_mask(landmarks, affine, size)
-    m = mouth_mask(size, parser_mouth=parser_mouth)
+    m = parser_mouth
     if _is_tensor(m):
         return m * (m.mean() >= min_fraction).to(m.dtype)
     m = np.asarray(m, np.float32)
@@ -475,7 +430,7 @@ class FaceMasker:
             parts.append(self.parser.region_masks(crops, self.regions))
             if self.keep_mouth:
                 mouths = self.parser.region_masks(crops, MOUTH_REGIONS, feather=MOUTH_FEATHER)
-                keep = [keep_target_mask(size, parser_mouth=mouths[i]) for i in range(n)]
+                keep = [keep_target_mask(mouths[i]) for i in range(n)]
                 parts.append(1.0 - (_stack(keep)))
         out = combine_masks(*parts)
         if out.ndim == 2:  # only the edge: one alpha for every face
@@ -500,7 +455,6 @@ __all__ = [
     "FACE_REGIONS",
     "MOUTH_FEATHER",
     "MOUTH_MIN_FRACTION",
-    "MOUTH_OPEN_THRESHOLD",
     "MOUTH_REGIONS",
     "PARSER_CLASS",
     "PARSER_LABELS",
@@ -510,10 +464,7 @@ __all__ = [
     "Padding",
     "box_mask",
     "combine_masks",
-    "inner_mouth_mask",
     "keep_target_mask",
-    "mouth_mask",
-    "mouth_open_ratio",
     "soften_device",
     "soften_host",
 ]

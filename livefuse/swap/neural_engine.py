@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from livefuse.config import EngineConfig
+from livefuse.extras import install_hint
 from livefuse.faces.analyser import Analyser
 from livefuse.faces.insight import InsightAnalyser
 from livefuse.models.catalog import get_spec, models_dir
@@ -255,7 +256,7 @@ def _ort_cuda() -> bool:
     return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
 
 
-TORCH_MISSING = "PyTorch is not installed (pip install 'livefuse[torch]')"
+TORCH_MISSING = f"PyTorch is not installed ({install_hint('torch')})"
 
 
 def effective_backend(config: EngineConfig) -> tuple[NeuralBackend, str | None]:

@@ -1,0 +1,79 @@
+"""The one rule for output paths: an output is never one of the inputs.
+
+Every entry point that writes a file checks its outputs here before any work: ``livefuse run``
+(the output image or video), the live :class:`~livefuse.session.Session` (the recording, and so
+``livefuse live --record`` and the app's record path). Inputs are the target or the video standing
+in for the camera, the source photo and the reference photo.
+
+Two spellings name the same file when both exist and are one file on disk (``os.path.samefile``:
+``./``, ``..``, symlinks to the file or to a folder above it, hard links), or, when one of them
+does not exist yet, when they resolve to the same absolute path (symlinks followed first, then
+``..`` applied: ``link/../x`` is where the link points, not beside it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from livefuse.errors import LivefuseError
+
+PathLike = str | os.PathLike[str]
+
+
+class OutputIsInputError(LivefuseError):
+    """An output path names one of the inputs; writing it would destroy that input.
+
+    Attributes:
+        output: the output as the user spelled it.
+        role: which input it is (``target``, ``video input``, ``source``, ``reference``).
+        input: the input as the user spelled it.
+    """
+
+    def __init__(self, output: PathLike, role: str, input_path: PathLike,
+                 what: str = "output") -> None:
+        self.output, self.role, self.input = Path(output), role, Path(input_path)
+        spelled = "" if str(output) == str(input_path) else f" ('{input_path}')"
+        super().__init__(f"{what} '{output}' is the {role} itself{spelled}; inputs are never "
+                         "overwritten: choose another file name")
+
+
+def _resolved(path: Path) -> str:
+    try:
+        full = path.expanduser().resolve()  # follows every symlink that exists, then ``..``
+    except (OSError, RuntimeError):  # a symlink loop: compare the plain absolute path
+        full = Path(os.path.abspath(path))
+    return os.path.normcase(str(full))
+
+
+def same_file(a: PathLike, b: PathLike) -> bool:
+    """Whether ``a`` and ``b`` name the same file (see the module docstring); never raises."""
+    pa, pb = Path(a), Path(b)
+    try:
+        if pa.exists() and pb.exists():
+            return os.path.samefile(pa, pb)
+    except OSError:
+        pass
+    return _resolved(pa) == _resolved(pb)
+
+
+def check_output(output: PathLike, inputs: Mapping[str, PathLike | None],
+                 what: str = "output") -> None:
+    """Refuse ``output`` when it is one of ``inputs``.
+
+    Args:
+        output: the file about to be written (it may not exist yet).
+        inputs: role (``target``, ``video input``, ``source``, ``reference``) -> path, or
+            ``None`` for an input not given.
+        what: how the message names the output (``output``, ``recording``).
+
+    Raises:
+        OutputIsInputError: naming the output and the input it would overwrite.
+    """
+    for role, path in inputs.items():
+        if path is not None and same_file(output, path):
+            raise OutputIsInputError(output, role, path, what)
+
+
+__all__ = ["OutputIsInputError", "check_output", "same_file"]

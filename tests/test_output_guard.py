@@ -1,0 +1,213 @@
+"""An output is never an input (issue 15, item 1), at every entry point: the rule itself
+(livefuse.io.paths), `livefuse run`, `livefuse live --record` and the live Session that the app
+drives. Every spelling of the input is tried: the same name, ``./``, ``..``, a symlink to the
+file, a symlinked folder, a hard link; the input's bytes must be unchanged afterwards."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from stub_engine import PassEngine
+
+from livefuse.cli import main
+from livefuse.config import AppConfig, CaptureConfig, OutputConfig
+from livefuse.imaging import LoadedImage, load_image, save_image
+from livefuse.io.paths import OutputIsInputError, check_output, same_file
+from livefuse.io.sources import ImageSource
+from livefuse.io.synthetic import motion_clip, write_clip
+from livefuse.samples import astronaut, insightface_image
+from livefuse.session import Session
+
+SPELLINGS = ("same", "dot", "dotdot", "file symlink", "folder symlink", "hard link")
+
+
+def spell(name: str, how: str, base: Path) -> str:
+    """The file ``base/name`` spelled another way, relative to ``base`` (the test's cwd): the
+    folders and links it needs are made here."""
+    (base / "sub").mkdir(exist_ok=True)
+    if not (base / "linked").exists():
+        (base / "linked").symlink_to(base, target_is_directory=True)
+    if how == "same":
+        return name
+    if how == "dot":
+        return f"./{name}"
+    if how == "dotdot":
+        return f"sub/../{name}"
+    if how == "file symlink":
+        link = base / f"link-{name}"
+        link.unlink(missing_ok=True)
+        link.symlink_to(base / name)
+        return link.name
+    if how == "folder symlink":
+        return f"linked/{name}"
+    assert how == "hard link"
+    hard = base / f"hard-{name}"
+    hard.unlink(missing_ok=True)
+    os.link(base / name, hard)
+    return hard.name
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    photo = load_image(insightface_image("t1.jpg")).bgr
+    frames = motion_clip(photo, (320, 240), 12, centre=(514.0, 362.0), face_px=90.0)
+    path = write_clip(frames, tmp_path_factory.mktemp("clip") / "cam.mp4", audio=False)
+    return path.read_bytes()
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clip: bytes) -> Path:
+    """A cwd holding the inputs: ``cam.mp4``, ``src.png``, ``t.jpg``."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cam.mp4").write_bytes(clip)
+    save_image(tmp_path / "src.png", astronaut())
+    (tmp_path / "t.jpg").write_bytes(insightface_image("t1.jpg").read_bytes())
+    return tmp_path
+
+
+# -- the rule ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", SPELLINGS)
+def test_every_spelling_of_an_input_is_the_input(here: Path, how: str) -> None:
+    out = spell("cam.mp4", how, here)
+    assert same_file(out, "cam.mp4")
+    with pytest.raises(OutputIsInputError, match="is the video input itself"):
+        check_output(out, {"source": "src.png", "video input": here / "cam.mp4"})
+
+
+def test_a_new_file_beside_the_input_is_not_the_input(here: Path) -> None:
+    check_output("cam-swapped.mp4", {"video input": "cam.mp4", "source": "src.png",
+                                     "reference": None})
+    check_output("linked/sub/cam.mp4", {"video input": "cam.mp4"})
+    assert not same_file("sub/cam.mp4", "cam.mp4")
+
+
+def test_paths_that_do_not_exist_yet_are_compared_through_their_symlinked_folders(
+        here: Path) -> None:
+    """Neither file exists (settings that name a video to come): the folder symlink is still
+    followed, and ``..`` is applied after the link it follows, not lexically."""
+    real = here / "real"
+    (real / "deep").mkdir(parents=True)
+    (here / "to-deep").symlink_to(real / "deep", target_is_directory=True)
+    assert not (real / "new.mp4").exists()
+    with pytest.raises(OutputIsInputError):
+        check_output("to-deep/../new.mp4", {"video input": "real/new.mp4"})
+    check_output("new.mp4", {"video input": "real/new.mp4"})  # lexically the same folder
+
+
+# -- livefuse run -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", SPELLINGS)
+def test_run_never_writes_over_its_target(here: Path, how: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    before = (here / "t.jpg").read_bytes()
+    assert main(["run", "-q", "-s", "src.png", "-t", "t.jpg", "-o", spell("t.jpg", how, here),
+                 "--engine", "classic"]) == 2
+    assert "is the target itself" in capsys.readouterr().err
+    assert (here / "t.jpg").read_bytes() == before
+
+
+@pytest.mark.parametrize("how", ["folder symlink", "dotdot"])
+def test_run_never_writes_over_its_source_video_or_reference(
+        here: Path, how: str, capsys: pytest.CaptureFixture[str]) -> None:
+    before = {n: (here / n).read_bytes() for n in ("cam.mp4", "src.png")}
+    assert main(["run", "-q", "-s", "src.png", "-t", "cam.mp4", "-o",
+                 spell("cam.mp4", how, here)]) == 2
+    assert main(["run", "-q", "-s", "src.png", "-t", "t.jpg", "-o",
+                 spell("src.png", how, here)]) == 2
+    assert main(["run", "-q", "-s", "src.png", "-t", "t.jpg", "--reference", "t.jpg", "-o",
+                 spell("t.jpg", how, here)]) == 2
+    err = capsys.readouterr().err
+    assert "is the target itself" in err and "is the source itself" in err
+    assert {n: (here / n).read_bytes() for n in before} == before
+
+
+# -- livefuse live ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", SPELLINGS)
+def test_live_never_records_over_its_video(here: Path, how: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    before = (here / "cam.mp4").read_bytes()
+    code = main(["live", "-s", "src.png", "--video", "cam.mp4", "--record",
+                 spell("cam.mp4", how, here), "--duration", "3", "--engine", "classic"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "recording" in err and "is the video input itself" in err
+    assert "frames processed" not in err
+    assert (here / "cam.mp4").read_bytes() == before
+    assert not list(here.glob(".*livefuse-part*"))
+
+
+@pytest.mark.parametrize(("photo", "role"), [("src.png", "source"), ("t.jpg", "reference")])
+def test_live_never_records_over_its_photos(here: Path, photo: str, role: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    before = (here / photo).read_bytes()
+    assert main(["live", "-s", "src.png", "--reference", "t.jpg", "--video", "cam.mp4",
+                 "--record", spell(photo, "folder symlink", here), "--duration", "3"]) == 2
+    assert f"is the {role} photo itself" in capsys.readouterr().err
+    assert (here / photo).read_bytes() == before
+
+
+# -- the Session (what the app drives) --------------------------------------------------------
+
+def _config(record: str | None, video: str = "cam.mp4") -> AppConfig:
+    return AppConfig(capture=CaptureConfig(kind="video", video=video, loop=False),
+                     output=OutputConfig(record=record))
+
+
+def _photo(path: str) -> LoadedImage:
+    return LoadedImage(bgr=np.zeros((8, 8, 3), np.uint8), alpha=None, path=Path(path))
+
+
+@pytest.mark.parametrize("how", SPELLINGS)
+def test_session_start_refuses_a_recording_over_its_video(here: Path, how: str) -> None:
+    before = (here / "cam.mp4").read_bytes()
+    session = Session(_config(spell("cam.mp4", how, here)), engine_factory=lambda c: PassEngine())
+    with pytest.raises(OutputIsInputError, match=r"recording .* is the video input itself"):
+        session.start()
+    assert not session.running
+    with pytest.raises(OutputIsInputError):
+        session.prepare()
+    session.stop()
+    assert (here / "cam.mp4").read_bytes() == before
+
+
+def test_session_apply_refuses_a_recording_over_its_video_and_changes_nothing(
+        here: Path) -> None:
+    """The app changes the record path while running: refused, the running session keeps its
+    settings and sinks, and the input is untouched when it stops."""
+    before = (here / "cam.mp4").read_bytes()
+    session = Session(AppConfig(capture=CaptureConfig(kind="test pattern", width=64, height=48)),
+                      engine_factory=lambda c: PassEngine(),
+                      source_factory=lambda c: ImageSource(np.zeros((48, 64, 3), np.uint8), 50))
+    session.set_source_face(_photo("src.png"))
+    session.start()
+    try:
+        old = session.config
+        bad = _config(spell("cam.mp4", "folder symlink", here))
+        with pytest.raises(OutputIsInputError):
+            session.apply(bad)
+        assert session.config == old and session.sinks == []
+        with pytest.raises(OutputIsInputError, match="is the source photo itself"):
+            session.apply(AppConfig(capture=old.capture, output=OutputConfig(record="src.png")))
+        time.sleep(0.1)
+    finally:
+        session.stop()
+    assert (here / "cam.mp4").read_bytes() == before
+
+
+def test_session_refuses_a_recording_over_its_photos(here: Path) -> None:
+    spell("src.png", "folder symlink", here)  # makes sub/ and linked/
+    session = Session(_config("ref.mov"), engine_factory=lambda c: PassEngine())
+    with pytest.raises(OutputIsInputError, match="is the reference photo itself"):
+        session.set_reference(_photo("sub/../ref.mov"))
+    with pytest.raises(OutputIsInputError, match="is the source photo itself"):
+        session.set_source_face(_photo("linked/ref.mov"))
+    session.set_source_face(_photo("src.png"))
+    session.set_reference(_photo("t.jpg"))
+    with pytest.raises(OutputIsInputError, match="is the reference photo itself"):
+        session.apply(_config("linked/t.jpg"))

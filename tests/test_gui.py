@@ -289,6 +289,11 @@ def test_face_panel_edits_reach_the_config_and_are_off_for_the_classic_engine(
     assert not s.face_box.isEnabled()  # classic: masks, boost and enhancer do not apply
     s.engine.setCurrentText("neural")
     assert s.face_box.isEnabled()
+    # keep-mouth means something to the neural engine only with the region mask (issue 15.14)
+    assert not s.keep_mouth.isEnabled()
+    s.masks["region"].setChecked(True)
+    assert s.keep_mouth.isEnabled()
+    s.masks["region"].setChecked(False)
     s.rotation.setCurrentText("always")
     s.smooth.setChecked(False)
     s.pixel_boost.setCurrentText("384")

@@ -95,6 +95,10 @@ def _select(box: QComboBox, value: str, label: str | None = None) -> None:
     box.setCurrentIndex(idx)
 
 
+KEEP_MOUTH_TIP = ("The neural engine keeps the mouth with the face parser: tick the region mask "
+                  "(Face, neural engine) to use this")
+
+
 class SettingsPanel(QWidget):
     """Engine (auto/classic/neural), device, precision, backend, detection interval, rotation,
     smoothing, keep-mouth; the target faces (one, many or a reference person, a face number);
@@ -434,6 +438,10 @@ class SettingsPanel(QWidget):
         self.face_box.setToolTip("" if neural else NEURAL_ONLY_TIP)
         region = self.masks["region"].isChecked()
         self.regions.setEnabled(region)
+        # the neural engine finds the mouth with the face parser: without the region mask it
+        # swaps the mouth, so the box would be ignored (the CLI refuses the option there)
+        self.keep_mouth.setEnabled(not neural or region)
+        self.keep_mouth.setToolTip("" if not neural or region else KEEP_MOUTH_TIP)
         self.mask_blur.setEnabled(self.masks["box"].isChecked())
         self.enhancer_blend.setEnabled(self.enhancer.currentText() != NO_ENHANCER)
 

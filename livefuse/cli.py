@@ -129,12 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
 
-    from livefuse import live_cli
+    from livefuse import live_cli, stream_cli
     from livefuse.models import cli as models_cli
 
     models_cli.add_parser(sub)
     models_cli.add_doctor_parser(sub)
     live_cli.add_parser(sub)
+    stream_cli.add_parsers(sub)
     _gui_parser(sub)
 
     p = sub.add_parser(

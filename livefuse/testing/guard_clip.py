@@ -65,8 +65,8 @@ def _sprite(photo: Frame, box: tuple[float, ...]) -> tuple[Frame, FloatArray]:
     x1, y1, x2, y2 = box
     m = 0.45 * (x2 - x1)
     cx0, cy0, cx1, cy1 = int(x1 - m), int(y1 - m), int(x2 + m), int(y2 + m)
-    crop = photo[cy0:cy1, cx0:cx1]
-    crop = cv2.resize(crop, None, fx=_SCALE, fy=_SCALE, interpolation=cv2.INTER_CUBIC)
+    crop = np.asarray(cv2.resize(photo[cy0:cy1, cx0:cx1], None, fx=_SCALE, fy=_SCALE,
+                                 interpolation=cv2.INTER_CUBIC), dtype=np.uint8)
     s = 0.1 * (x2 - x1)  # the core: the box shrunk to 80 %
     core = np.array([[x1 + s, y1 + s], [x2 - s, y1 + s], [x2 - s, y2 - s], [x1 + s, y2 - s]],
                     np.float32)
@@ -82,7 +82,7 @@ def _place(frame: Frame, sprite: Frame, core: FloatArray, centre: tuple[float, f
     rot = cv2.getRotationMatrix2D((0.0, 0.0), angle, 1.0)
     m = rot @ np.array([[squeeze, 0, 0], [0, 1, 0], [0, 0, 1]], np.float64)
     m = m @ np.array([[1, 0, -w / 2], [0, 1, -h / 2], [0, 0, 1]], np.float64)
-    m[:, 2] += centre
+    m[:, 2] += np.asarray(centre, np.float64)
     size = (frame.shape[1], frame.shape[0])
     warped = cv2.warpAffine(sprite, m, size, flags=cv2.INTER_LINEAR)
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)

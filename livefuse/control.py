@@ -335,7 +335,12 @@ class _Server(ThreadingHTTPServer):
         self._count_lock = threading.Lock()
         self.requests = 0
         self.refused = 0
+        self.busy = 0
         super().__init__(address, _Handler)
+
+    def _busy(self, step: int) -> None:
+        with self._count_lock:
+            self.busy += step
 
     def count(self, refused: bool = False) -> None:
         with self._count_lock:
@@ -351,9 +356,11 @@ class _Server(ThreadingHTTPServer):
                                 b"Connection: close\r\n\r\n")
             self.shutdown_request(request)
             return
+        self._busy(1)
         try:
             super().process_request(request, client_address)
         except BaseException:
+            self._busy(-1)
             self._slots.release()
             raise
 
@@ -361,6 +368,7 @@ class _Server(ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self._busy(-1)
             self._slots.release()
 
 
@@ -411,6 +419,11 @@ class ControlServer:
     def requests(self) -> int:
         """Requests received (refused ones included)."""
         return self._server.requests
+
+    @property
+    def busy(self) -> int:
+        """Connections being served now."""
+        return self._server.busy
 
     @property
     def refused(self) -> int:

@@ -73,8 +73,10 @@ def settings_given(args: argparse.Namespace) -> list[str]:
     probe = argparse.ArgumentParser(add_help=False)
     add_settings_args(probe)
     defaults = vars(probe.parse_args([]))
-    return ["--" + k.replace("_", "-") for k, v in defaults.items()
-            if k != "default_face_selector" and getattr(args, k, v) != v]
+    given = [(k, getattr(args, k, v)) for k, v in defaults.items()
+             if k != "default_face_selector" and getattr(args, k, v) != v]
+    # on/off options: `--no-cache`, `--no-smooth`, `--no-keep-mouth` turn a default off
+    return [("--no-" if value is False else "--") + k.replace("_", "-") for k, value in given]
 
 
 def add_parser(sub: Any) -> None:

@@ -288,3 +288,17 @@ def test_with_the_guard_no_frame_shows_a_face_unaltered(clip: GuardClip, analyse
     assert altered >= len(DROPOUTS) + 8 + 20
     if mode == "hold":
         assert snap.guard_frames_held >= 15
+
+
+def test_an_fp16_fallback_is_counted_once_per_engine() -> None:
+    class Falling(_FaceStub):
+        def process(self, *a: Any, **k: Any) -> FramePacket:
+            self.precision_in_use = "fp32 (fallback)"
+            return super().process(*a, **k)
+
+    got: list[Frame] = []
+    metrics = Metrics()
+    runner = LiveRunner(Falling(), TestPatternSource(160, 120, 100),  # type: ignore[arg-type]
+                        [CallbackSink(lambda f, t: got.append(f))], metrics=metrics)
+    _first_frames(runner, got, 5)
+    assert metrics.snapshot(memory=False).precision_fallbacks == 1

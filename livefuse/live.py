@@ -301,14 +301,22 @@ class LiveRunner:
                 self._pending.face_index = face_index
                 self._pending.face = face
 
+    @property
+    def switch_pending(self) -> bool:
+        """Whether a :meth:`switch` waits for the next frame boundary."""
+        with self._lock:
+            return self._switch is not None
+
     def switch(self, config: AppConfig | None, source_face: LoadedImage,
                face_index: int | None = None, face: Face | None = None) -> Future[Face]:
         """Switch to new settings and a new source face at the next frame boundary, all or
         nothing: the inference thread first prepares the source face with the running engine
         (a photo without a face changes nothing), then takes both before the next frame, so no
         frame mixes the old and the new (a prepared photo is memoised by the engine: switching
-        back costs no detection). When the new settings need the models loaded again, the
-        face is checked with the running engine and the rebuild follows at once.
+        back costs no detection). When the new settings need other models, the face is
+        checked with the running engine, then the old models are freed, the new ones loaded
+        and the face prepared on them; if that fails, the old ones are loaded again (the
+        stream waits meanwhile, and keeps what it had).
 
         Call it while the runner runs (the inference thread resolves the future).
 
@@ -448,19 +456,41 @@ class LiveRunner:
             return
         cfg = switch.config
         if cfg is not None and self._needs_rebuild(cfg):
-            # the models change: rebuild at once (no debounce), the new engine takes the face
-            with self._lock:
-                self._pending.config, self._pending.config_at = cfg, 0.0
-                self._pending.source_face = switch.image
-                self._pending.face_index, self._pending.face = switch.face_index, switch.face
-            switch.future.set_result(prepared.face)
-            return
+            built = self._engine_for_switch(switch, cfg)
+            if built is None:
+                return
+            engine, prepared = built
         if cfg is not None:
             self._take_config(cfg)
         engine.use_source(prepared)
         self._source_face, self._face_index, self._face = switch.image, switch.face_index, \
             switch.face
         switch.future.set_result(prepared.face)
+
+    def _engine_for_switch(self, switch: _Switch, cfg: AppConfig
+                           ) -> tuple[EngineLike, PreparedSource] | None:
+        """A switch to other models: the engine built for ``cfg`` and the new face prepared on
+        it; on any failure the engine of the settings before is built again with its face
+        (the stream keeps what it had), the switch fails, and ``None`` is returned."""
+        if self._factory is None:
+            switch.future.set_exception(LivefuseError(
+                "these settings need other models, and this session's engine is fixed"))
+            return None
+        self._stage = None
+        self._engine = None  # the old engine's models are freed before the new load
+        try:
+            engine = self._factory(for_engine(cfg))
+            prepared = engine.prepare_source(switch.image, switch.face_index, switch.face)
+        except Exception as exc:
+            self.status(f"switch refused, the models before are loaded again: {exc}")
+            self._engine = self._factory(for_engine(self.config))
+            self._stage = self._engine.stage
+            if self._source_face is not None:
+                self._engine.set_source(self._source_face, self._face_index, self._face)
+            switch.future.set_exception(exc)
+            return None
+        self._engine, self._stage = engine, engine.stage
+        return engine, prepared
 
     def _process(self, engine: EngineLike, staged: StagedFrame, t_cap: int) -> FramePacket:
         """One frame through the engine; with the swap off, the frame as it is, its faces

@@ -162,12 +162,14 @@ class Engine:
     def set_source(self, image: LoadedImage, face_index: int | None = None,
                    face: Face | None = None) -> Face:
         """Find the source face in a photo and prepare it once for every later render
-        (:meth:`prepare_source`, then :meth:`use_source`).
+        (:meth:`prepare_source`, then :meth:`use_source`); tracking starts afresh.
 
         Raises:
             NoFaceError, FaceIndexError: see :meth:`prepare_source`.
         """
-        return self.use_source(self.prepare_source(image, face_index, face))
+        chosen = self.use_source(self.prepare_source(image, face_index, face))
+        self.reset_tracking()
+        return chosen
 
     def prepare_source(self, image: LoadedImage, face_index: int | None = None,
                        face: Face | None = None) -> PreparedSource:
@@ -214,7 +216,9 @@ class Engine:
 
     def use_source(self, prepared: PreparedSource) -> Face:
         """Swap ``prepared`` (from this engine's :meth:`prepare_source`) in from the next frame
-        on: tracking starts afresh and the cache is dropped. Cheap: no detection, no model run.
+        on: the cache is dropped (its faces were rendered from the old source); the tracked
+        target faces are kept (they are the same people), so the next frame costs what any
+        frame costs. Cheap: no detection, no model run.
 
         Returns:
             The source face.
@@ -222,7 +226,6 @@ class Engine:
         self._source = prepared.data
         self.source_face = prepared.face
         self.source_notes = prepared.notes
-        self.reset_tracking()
         self.cache.invalidate()
         return prepared.face
 

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 StatusFn = Callable[[str], None]
 FrameFn = Callable[[Frame, int], None]
 
+_PHOTOS_KEPT = 16  # decoded preset photos kept (a few MB each)
 SWITCH_TIMEOUT_S = 30.0
 """How long a preset or source switch waits for the inference thread (a frame, plus a model
 load when the preset changes the models) before it reports a time-out."""
@@ -145,6 +146,7 @@ class Session:
         self.presets = presets or PresetStore()
         self._switch_lock = threading.Lock()  # one switch at a time, whoever asks
         self._active: tuple[str, tuple[Any, ...]] | None = None
+        self._photos: dict[tuple[str, int, int], LoadedImage] = {}
         self._swap = True
         self._control: ControlServer | None = None
 
@@ -422,6 +424,28 @@ class Session:
                 self._source_face, self._face_index, self._face = image, face_index, face
         return chosen
 
+    def _photo(self, path: str) -> LoadedImage:
+        """A preset's photo, decoded once while the file stays the same (path, size,
+        modification time): a switch to a preloaded preset reads no image.
+
+        Raises:
+            ImageLoadError: the photo is missing or unreadable.
+        """
+        try:
+            st = Path(path).stat()
+        except OSError:
+            return load_image(path)  # raises the clear "file not found"
+        key = (path, st.st_size, st.st_mtime_ns)
+        with self._lock:
+            image = self._photos.get(key)
+        if image is None:
+            image = load_image(path)
+            with self._lock:
+                while len(self._photos) >= _PHOTOS_KEPT:
+                    del self._photos[next(iter(self._photos))]
+                self._photos[key] = image
+        return image
+
     def switch_preset(self, name: str, timeout: float = SWITCH_TIMEOUT_S) -> Preset:
         """Switch to a saved preset: its source face and its engine, cache and guard settings.
 
@@ -445,7 +469,7 @@ class Session:
         tail = f"; the stream keeps preset '{keeps}'" if keeps else \
             "; the stream keeps its source face"
         try:
-            image = load_image(preset.source.path)
+            image = self._photo(preset.source.path)
             self._switch(preset.applied_to(self._config), image, preset.source.face_index,
                          preset.source.face(), timeout)
         except PresetError:
@@ -502,7 +526,7 @@ class Session:
                 out[item.name] = "other models: prepared when switched to"
                 continue
             try:
-                image = load_image(item.source.path)
+                image = self._photo(item.source.path)
                 runner, engine = self._runner, self._engine
                 if runner is not None:
                     runner.preload(image, item.source.face_index,

@@ -127,16 +127,30 @@ def lost_region(bbox: FloatArray, velocity: FloatArray, lost_for: int) -> FloatA
     return grown(moved, min(extra, max(limit, 0.0)))
 
 
+def _span(lo: float, hi: float, block: int, size: int) -> tuple[int, int]:
+    """``[lo, hi)`` widened to whole blocks and kept inside ``[0, size)``: OpenCV's area
+    resize takes its fast path at a whole-number ratio (measured: 0.7 vs 2.7 ms for an
+    810 px square at 1080p)."""
+    a, b = math.floor(lo), math.ceil(hi)
+    b = a + -(-(b - a) // block) * block
+    if b > size:
+        a, b = a - (b - size), size
+    return max(a, 0), b
+
+
 def pixelate(frame: Frame, region: FloatArray, block_px: float) -> bool:
-    """Replace ``region`` of ``frame`` (in place) by blocks of ``block_px`` px, each its area's
-    mean colour. Returns ``False`` when the region lies outside the frame."""
+    """Replace ``region`` of ``frame`` (in place) by square blocks of about ``block_px`` px,
+    each its area's mean colour (the region is widened to whole blocks). Returns ``False`` when
+    the region lies outside the frame."""
     h, w = frame.shape[:2]
-    x0, y0 = max(math.floor(float(region[0])), 0), max(math.floor(float(region[1])), 0)
-    x1, y1 = min(math.ceil(float(region[2])), w), min(math.ceil(float(region[3])), h)
+    block = max(round(block_px), _MIN_BLOCK_PX)
+    if region[2] <= 0 or region[3] <= 0 or region[0] >= w or region[1] >= h:
+        return False
+    x0, x1 = _span(float(region[0]), float(region[2]), block, w)
+    y0, y1 = _span(float(region[1]), float(region[3]), block, h)
     if x1 - x0 < 1 or y1 - y0 < 1:
         return False
     roi = frame[y0:y1, x0:x1]
-    block = max(block_px, _MIN_BLOCK_PX)
     small = cv2.resize(roi, (max(1, round((x1 - x0) / block)), max(1, round((y1 - y0) / block))),
                        interpolation=cv2.INTER_AREA)
     roi[:] = cv2.resize(small, (x1 - x0, y1 - y0), interpolation=cv2.INTER_NEAREST)
@@ -218,8 +232,10 @@ class PrivacyGuard:
             unswapped: the faces found in the frame and left as they are.
 
         Returns:
-            ``output`` (maybe pixelated), or with ``hold`` the last fully swapped frame (an
-            array the guard never writes to again).
+            ``output`` (maybe pixelated), or with ``hold`` the last fully swapped frame. With
+            ``hold`` the guard keeps a reference to each fully swapped frame, not a copy (a
+            copy costs 1-5 ms at 1080p): the caller must not write to a frame once it was
+            handed over (the live runner never does: every frame is a new array).
         """
         cfg = self.config
         if cfg.mode == "off":
@@ -231,8 +247,8 @@ class PrivacyGuard:
                     for t in lost]
         s = self.state
         if not regions:
-            if cfg.mode == "hold":
-                self._last_good = output.copy()
+            if cfg.mode == "hold":  # a reference: a frame sent is never written again
+                self._last_good = output
             self._held = 0
             self.state = GuardState(cfg.mode, "none", 0, 0, s.frames_blurred, s.frames_held)
             return output

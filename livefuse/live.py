@@ -560,6 +560,8 @@ class LiveRunner:
             self._measure(self._engine)
             out = packet.output if packet.output is not None else staged.host
             t_guard = time.perf_counter_ns()
+            # every frame is a new array, never written to once handed to the sinks: the
+            # guard's hold keeps a reference to the last fully swapped one, not a copy
             out = self.guard.apply(out, [f for f in packet.faces if not any(
                 f is u for u in packet.unswapped)], packet.unswapped)
             self.metrics.set_guard(self.guard.state, (time.perf_counter_ns() - t_guard) / 1e6

@@ -11,14 +11,12 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from livefuse.config import GUARD_CHOICES, VRAM_LIMIT
-
-if TYPE_CHECKING:
-    from livefuse.guard import GuardState
+from livefuse.guard import GuardState
 
 RATE_WINDOW_S = 2.0
 """Frame rates count the frames captured in the last this many seconds."""
@@ -73,9 +71,7 @@ class MetricsSnapshot:
         vram_total_mib: the device's memory (the VRAM guard's line is
             :data:`livefuse.config.VRAM_LIMIT` of it), ``None`` without CUDA.
         precision_fallbacks: engines whose fp16 output failed the check and fell back to fp32.
-        guard_mode, guard_action, guard_regions, guard_lost: the privacy guard's state after
-            the last frame (see :class:`livefuse.guard.GuardState`).
-        guard_frames_blurred, guard_frames_held: frames the guard altered since start.
+        guard: the privacy guard's state after the last frame, and the frames it altered.
     """
 
     input_fps: float = 0.0
@@ -98,19 +94,7 @@ class MetricsSnapshot:
     rss_mib: float | None = None
     vram_total_mib: float | None = None
     precision_fallbacks: int = 0
-    guard_mode: str = "off"
-    guard_action: str = "none"
-    guard_regions: int = 0
-    guard_lost: int = 0
-    guard_frames_blurred: int = 0
-    guard_frames_held: int = 0
-
-    def guard_line(self) -> str:
-        """The privacy guard's state in a few words (the overlay and the CLI line show it)."""
-        from livefuse.guard import GuardState
-
-        return GuardState(self.guard_mode, self.guard_action, self.guard_regions,
-                          self.guard_lost).line()
+    guard: GuardState = field(default_factory=GuardState)
 
     def line(self) -> str:
         """One human-readable line (the CLI prints it every second)."""
@@ -124,7 +108,7 @@ class MetricsSnapshot:
         mem = "" if self.rss_mib is None else f" rss {self.rss_mib:.0f} MiB"
         if self.vram_process_mib is not None:
             mem += f" vram {self.vram_process_mib:.0f} MiB"
-        guard = "" if self.guard_mode == "off" else f" | {self.guard_line()}"
+        guard = "" if self.guard.mode == "off" else f" | {self.guard.line()}"
         return (f"in {self.input_fps:.1f} proc {self.processed_fps:.1f} out {self.output_fps:.1f}"
                 f" fps | latency p50/p95 {lat} | {stages} ms | dropped {drops}"
                 + (f" (+{unsent} unsent: no device)" if unsent else "") + f" | {cache}{mem}"
@@ -272,12 +256,8 @@ class Metrics:
                 unsent=dict(self._unsent),
                 cache_hits=self._cache[0], cache_misses=self._cache[1],
                 cache_forced_refreshes=self._cache[2], precision_fallbacks=self._fallbacks)
-            guard = self._guard
-        if guard is not None:
-            snap.update(guard_mode=guard.mode, guard_action=guard.action,
-                        guard_regions=guard.regions, guard_lost=guard.lost,
-                        guard_frames_blurred=guard.frames_blurred,
-                        guard_frames_held=guard.frames_held)
+            if self._guard is not None:
+                snap.update(guard=self._guard)
         if memory:
             alloc, reserved, total = _torch_vram()
             snap.update(vram_allocated_mib=alloc, vram_reserved_mib=reserved,
@@ -353,20 +333,20 @@ def start_prometheus(metrics: Metrics, port: int, addr: str = "127.0.0.1") -> An
             g = GaugeMetricFamily("livefuse_guard_mode", "privacy guard mode (1 = current)",
                                   labels=["mode"])
             for mode in GUARD_CHOICES:
-                g.add_metric([mode], float(mode == s.guard_mode))
+                g.add_metric([mode], float(mode == s.guard.mode))
             yield g
             g = GaugeMetricFamily("livefuse_guard_active",
                                   "1 when the privacy guard altered the last frame")
-            g.add_metric([], float(s.guard_action != "none"))
+            g.add_metric([], float(s.guard.active))
             yield g
             g = GaugeMetricFamily("livefuse_guard_regions",
                                   "face regions the privacy guard hid in the last frame")
-            g.add_metric([], s.guard_regions)
+            g.add_metric([], s.guard.regions)
             yield g
             c = CounterMetricFamily("livefuse_guard_frames",
                                     "frames the privacy guard altered", labels=["action"])
-            c.add_metric(["blur"], s.guard_frames_blurred)
-            c.add_metric(["hold"], s.guard_frames_held)
+            c.add_metric(["blur"], s.guard.frames_blurred)
+            c.add_metric(["hold"], s.guard.frames_held)
             yield c
 
     registry = CollectorRegistry()

@@ -9,22 +9,22 @@ real faces on dozens of frames, so the test fails when the guard is taken out.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from lockstep import LockstepSource
+from test_live import _Passthrough
 
-from livefuse.cache import PoseCache
-from livefuse.config import AppConfig, CacheConfig, EngineConfig, GuardConfig
+from livefuse.config import AppConfig, EngineConfig, GuardConfig
 from livefuse.engine import Engine
 from livefuse.errors import ConfigError
 from livefuse.guard import PrivacyGuard, grown, lost_region, pixelate
 from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.sinks import CallbackSink
-from livefuse.io.sources import EndOfStream, SourceInfo, TestPatternSource
+from livefuse.io.sources import TestPatternSource
 from livefuse.live import LiveRunner
 from livefuse.metrics import Metrics
 from livefuse.samples import astronaut, insightface_image
@@ -139,34 +139,18 @@ def test_the_guard_turns_detection_on_every_frame() -> None:
 
 
 # -- the runner ----------------------------------------------------------------------------------
-class _FaceStub:
-    """An engine stub that finds one face at a fixed place and 'swaps' it by painting it
-    white."""
-
-    def __init__(self) -> None:
-        self.cache = PoseCache(CacheConfig(enabled=False))
-        self.precision_in_use = "n/a (stub)"
-
-    def set_source(self, *a: Any, **k: Any) -> None:
-        pass
-
-    def stage(self, frame: Frame) -> StagedFrame:
-        return StagedFrame(host=frame)
-
-    def apply(self, config: EngineConfig) -> bool:
-        return True
-
-    def set_cache(self, config: CacheConfig) -> None:
-        pass
+class _FaceStub(_Passthrough):
+    """test_live's pass-through engine, finding one face at a fixed place and 'swapping' it by
+    painting it white."""
 
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
                 in_place: bool = False) -> FramePacket:
-        host = frame.host if isinstance(frame, StagedFrame) else frame
-        out = host if in_place else host.copy()
+        packet = super().process(frame, index, t_capture_ns, strict, in_place)
+        out = packet.frame if in_place else packet.frame.copy()
         out[40:100, 60:120] = 255
-        return FramePacket(index=index, t_capture_ns=t_capture_ns or 0, frame=host, output=out,
-                           faces=[_face(60, 40, w=60)], swapped=1)
+        packet.output, packet.faces, packet.swapped = out, [_face(60, 40, w=60)], 1
+        return packet
 
 
 def _first_frames(runner: LiveRunner, got: list[Frame], n: int) -> None:
@@ -189,8 +173,8 @@ def test_swap_off_with_the_guard_on_hides_the_faces_the_engine_finds() -> None:
     assert face.min() < 255  # not the engine's output: the input, pixelated
     assert len(np.unique(face.reshape(-1, 3), axis=0)) < 40
     snap = metrics.snapshot(memory=False)
-    assert snap.guard_mode == "blur" and snap.guard_action == "blur"
-    assert snap.guard_frames_blurred >= 3 and "guard" in snap.stage_ms
+    assert snap.guard.mode == "blur" and snap.guard.action == "blur"
+    assert snap.guard.frames_blurred >= 3 and "guard" in snap.stage_ms
     assert "guard blur: hiding 1 face" in snap.line()
 
 
@@ -209,34 +193,10 @@ def clip() -> GuardClip:
     return guard_clip(load_image(insightface_image("t1.jpg")).bgr)
 
 
-class _Lockstep:
-    """The clip as a camera that gives the next frame once the last one reached the sink (or
-    failed), so every frame goes through the engine in order and none is dropped."""
-
-    live = False
-
-    def __init__(self, frames: list[Frame]) -> None:
-        self.frames, self.current = frames, -1
-        self.turn = threading.Semaphore(1)
-
-    def open(self) -> SourceInfo:
-        return SourceInfo(640, 480, 1000.0, "guard clip")
-
-    def read(self) -> Frame | None:
-        self.turn.acquire(timeout=10)
-        if self.current + 1 >= len(self.frames):
-            raise EndOfStream
-        self.current += 1
-        return self.frames[self.current].copy()
-
-    def close(self) -> None:
-        pass
-
-
 def run_clip(clip: GuardClip, analyser: Any, mode: str) -> tuple[dict[int, list[str]], Metrics]:
     """Run the clip through a live session with the guard in ``mode``; per frame that reached
     the sink, the faces it shows unaltered."""
-    source = _Lockstep(clip.frames)
+    source = LockstepSource(clip.frames)
     shown: dict[int, list[str]] = {}
 
     def sink(frame: Frame, t_ns: int) -> None:
@@ -282,11 +242,11 @@ def test_with_the_guard_no_frame_shows_a_face_unaltered(clip: GuardClip, analyse
     leaks = {i: faces for i, faces in shown.items() if faces}
     assert leaks == {}
     snap = metrics.snapshot(memory=False)
-    assert snap.guard_mode == mode
-    altered = snap.guard_frames_blurred + snap.guard_frames_held
+    assert snap.guard.mode == mode
+    altered = snap.guard.frames_blurred + snap.guard.frames_held
     assert altered >= len(DROPOUTS) + 8 + 20
     if mode == "hold":
-        assert snap.guard_frames_held >= 15
+        assert snap.guard.frames_held >= 15
 
 
 def test_an_fp16_fallback_is_counted_once_per_engine() -> None:

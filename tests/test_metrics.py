@@ -85,7 +85,7 @@ def test_prometheus_shows_the_guard_fallbacks_and_vram_series_everywhere() -> No
     m.add_precision_fallback()
     m.set_guard(GuardState(mode="hold", action="hold", regions=2, lost=1, frames_held=7), 0.4)
     s = m.snapshot()
-    assert s.precision_fallbacks == 1 and s.guard_frames_held == 7 and s.stage_ms["guard"] == 0.4
+    assert s.precision_fallbacks == 1 and s.guard.frames_held == 7 and s.stage_ms["guard"] == 0.4
     assert "guard hold: holding the last swapped frame (1 lost)" in s.line()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

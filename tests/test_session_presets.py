@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from lockstep import LockstepSource
 
 from livefuse.config import AppConfig, CaptureConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.imaging import load_image, save_image
-from livefuse.io.sources import EndOfStream, FramesSource, Source, SourceInfo
+from livefuse.io.sources import FramesSource, Source
 from livefuse.presets import Preset, PresetError, PresetNotFoundError, PresetSource, PresetStore
 from livefuse.samples import insightface_image
 from livefuse.session import Session
@@ -70,30 +71,6 @@ class _Counting:
         return self.inner.embed(frame, face)
 
 
-class _Lockstep:
-    """The clip as a camera that gives the next frame once the last reached the sink."""
-
-    live = False
-
-    def __init__(self, frames: list[Frame]) -> None:
-        self.frames, self.current, self.opens = frames, -1, 0
-        self.turn = threading.Semaphore(1)
-
-    def open(self) -> SourceInfo:
-        self.opens += 1
-        return SourceInfo(640, 480, 1000.0, "clip")
-
-    def read(self) -> Frame | None:
-        self.turn.acquire(timeout=10)
-        if self.current + 1 >= len(self.frames):
-            raise EndOfStream
-        self.current += 1
-        return self.frames[self.current].copy()
-
-    def close(self) -> None:
-        pass
-
-
 def _session(store: PresetStore, analyser: Any, source: Source, on_frame: Any) -> Session:
     cfg = AppConfig(capture=CaptureConfig(kind="test pattern", width=640, height=480))
     return Session(cfg, on_frame=on_frame, source_factory=lambda c: source, presets=store,
@@ -112,7 +89,7 @@ def _wait(cond: Any, timeout: float = 30.0) -> bool:
 def test_switch_takes_the_next_frame_with_no_black_or_unswapped_frame(
         store: PresetStore, analyser: Any, clip: GuardClip) -> None:
     counting = _Counting(analyser)
-    source = _Lockstep(clip.frames)
+    source = LockstepSource(clip.frames)
     outs: dict[int, Frame] = {}
     asked: dict[str, Any] = {}
 

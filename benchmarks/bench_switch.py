@@ -125,9 +125,9 @@ def main() -> None:
             engine.use_source(engine.prepare_source(photo))
         print(f"the commit itself (memoised prepare_source + use_source): "
               f"{(time.perf_counter() - t0) * 1e3:.0f} us\n")
-        print("| presets | old frames after the request (max) | request -> commit ms p50 / max | "
-          "request -> first new frame ms p50 / max | frame interval at the switch ms p50 / "
-          "max | frame interval ms p50 |")
+        print("| presets | old frames after the request (max) | request -> commit ms p50 / "
+              "max | request -> first new frame ms p50 / max | frame interval at the switch "
+              "ms p50 / max | frame interval ms p50 |")
         print("|---|---:|---:|---:|---:|---:|")
         for cold in (False, True):
             r = run(args.switches, cold, args.seed, Path(tmp))

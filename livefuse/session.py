@@ -149,6 +149,7 @@ class Session:
         self._photos: dict[tuple[str, int, int], LoadedImage] = {}
         self._swap = True
         self._control: ControlServer | None = None
+        self._revision = 0
 
     # -- state ----------------------------------------------------------------------------------
     @property
@@ -218,6 +219,7 @@ class Session:
             NoFaceError / FaceIndexError: (prepared, not running) no usable face.
         """
         self._source_face, self._face, self._face_index = image, face, face_index
+        self._revision += 1
         runner = self._runner
         if runner is not None:
             runner.apply(source_face=image, face=face, face_index=face_index)
@@ -327,6 +329,7 @@ class Session:
         config = config.validate()
         with self._lock:
             old, self._config = self._config, config
+            self._revision += 1
             runner = self._runner
             if runner is None:
                 self._update_prepared(old, config)
@@ -356,10 +359,9 @@ class Session:
     # -- on stream: presets, swap, guard, control API ------------------------------------------
     def _preset_key(self) -> tuple[Any, ...]:
         """What a preset pins: the engine, cache and guard settings and the source face."""
-        cfg, image, face = self._config, self._source_face, self._face
+        cfg, image = self._config, self._source_face
         return (cfg.engine, cfg.cache, cfg.guard, None if image is None else str(image.path),
-                self._face_index,
-                None if face is None else tuple(round(float(v), 1) for v in face.bbox))
+                self._face_index, self.source_face_box)
 
     @property
     def active_preset(self) -> str | None:
@@ -373,6 +375,26 @@ class Session:
         switched to or saved (the app marks the preset, a Stream Deck key may too)."""
         active = self._active
         return active is not None and active[1] != self._preset_key()
+
+    @property
+    def revision(self) -> int:
+        """Grows at every change of settings, source face, preset (saved, renamed, deleted,
+        switched) or swap, whoever made it (the app, the control API): a view compares it on
+        its timer and reads :attr:`config`, :attr:`active_preset`, :attr:`source_path`,
+        :attr:`source_face_box` and :attr:`swap_on` again when it moved."""
+        return self._revision
+
+    @property
+    def source_face_box(self) -> tuple[float, ...] | None:
+        """The chosen face's box in the source photo (x1, y1, x2, y2) when one was given (the
+        app's picker, a preset), else ``None``."""
+        face = self._face
+        return None if face is None else tuple(round(float(v), 1) for v in face.bbox)
+
+    @property
+    def source_face_index(self) -> int | None:
+        """The chosen face's index (left to right) when one was given, else ``None``."""
+        return self._face_index
 
     @property
     def source_path(self) -> Path | None:
@@ -422,6 +444,7 @@ class Session:
             with self._lock:
                 self._config = target
                 self._source_face, self._face_index, self._face = image, face_index, face
+                self._revision += 1
         return chosen
 
     def _photo(self, path: str) -> LoadedImage:
@@ -478,6 +501,7 @@ class Session:
             raise PresetError(preset.name, f"refused: {exc}{tail}") from None
         with self._lock:
             self._active = (preset.name, self._preset_key())
+            self._revision += 1
         self._status(f"preset: {preset.name}")
         return preset
 
@@ -552,15 +576,14 @@ class Session:
         image = self._source_face
         if image is None:
             raise PresetError(name, "choose a source face photo first")
-        face = self._face
         source = PresetSource(path=str(image.path), face_index=self._face_index,
-                              face_box=() if face is None else
-                              tuple(round(float(v), 1) for v in face.bbox))
+                              face_box=self.source_face_box or ())
         preset = Preset.of(name, self._config, source)
         path = self.presets.save(preset, overwrite=overwrite)
         preset = dataclasses.replace(preset, name=path.stem)
         with self._lock:
             self._active = (preset.name, self._preset_key())
+            self._revision += 1
         return preset
 
     def rename_preset(self, old: str, new: str) -> str:
@@ -569,6 +592,7 @@ class Session:
         with self._lock:
             if self._active is not None and self._active[0].casefold() == old.casefold():
                 self._active = (name, self._active[1])
+            self._revision += 1
         return name
 
     def delete_preset(self, name: str) -> None:
@@ -578,6 +602,7 @@ class Session:
         with self._lock:
             if self._active is not None and self._active[0].casefold() == name.casefold():
                 self._active = None
+            self._revision += 1
 
     @property
     def swap_on(self) -> bool:
@@ -587,6 +612,8 @@ class Session:
         """Swap faces (``True``) or pass frames as they are (``False``; with the privacy guard
         on, every face is then hidden). Taken at the next frame."""
         self._swap = bool(on)
+        with self._lock:
+            self._revision += 1
         runner = self._runner
         if runner is not None:
             runner.swap = self._swap

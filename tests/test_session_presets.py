@@ -173,8 +173,13 @@ def test_stopped_switch_save_rename_delete(store: PresetStore, analyser: Any,
                                            astronaut_path: Path) -> None:
     session = _session(store, analyser, FramesSource([np.zeros((48, 64, 3), np.uint8)]),
                        None)
+    revision = session.revision
     session.switch_preset("hanks")
     assert session.config.engine == ENGINE and session.active_preset == "Hanks"
+    assert session.revision > revision and session.source_face_box is None
+    revision = session.revision
+    session.set_swap(False)
+    assert session.revision > revision and not session.swap_on
     session.set_guard("blur")
     assert session.preset_modified and session.config.effective_engine().detect_every == 1
     saved = session.save_preset("Hanks blur")

@@ -268,7 +268,8 @@ class Session:
             LivefuseError: the source cannot be described (a video input without a file), or a
                 sink cannot be made (a recording path with an unsupported suffix).
         """
-        with self._lock:
+        # a switch made while stopped works on the prepared engine: not while a runner takes it
+        with self._switch_lock, self._lock:
             if self._runner is not None:
                 return
             source = self._source_factory(self._config.capture)

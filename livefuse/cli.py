@@ -117,11 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
 
-    from livefuse import doctor, live_cli, models_cli
+    from livefuse import doctor, live_cli, models_cli, stream_cli
 
     models_cli.add_parser(sub)
     doctor.add_parser(sub)
     live_cli.add_parser(sub)
+    stream_cli.add_parsers(sub)
     _gui_parser(sub)
 
     p = sub.add_parser(

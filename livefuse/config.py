@@ -25,6 +25,7 @@ FaceSelector = Literal["one", "many", "reference"]
 BlendMode = Literal["feather", "seamless"]
 CaptureKind = Literal["camera", "video", "test pattern"]
 Rotation = Literal["off", "auto", "always"]
+GuardMode = Literal["off", "blur", "hold"]
 
 ENGINE_CHOICES: tuple[str, ...] = get_args(EngineName)
 ENGINE_REQUEST_CHOICES: tuple[str, ...] = get_args(EngineRequest)
@@ -37,6 +38,10 @@ FACE_SELECTOR_CHOICES: tuple[str, ...] = get_args(FaceSelector)
 BLEND_CHOICES: tuple[str, ...] = get_args(BlendMode)
 CAPTURE_CHOICES: tuple[str, ...] = get_args(CaptureKind)
 ROTATION_CHOICES: tuple[str, ...] = get_args(Rotation)
+GUARD_CHOICES: tuple[str, ...] = get_args(GuardMode)
+"""The privacy guard (:class:`GuardConfig`): ``off``; ``blur`` pixelates every face that is not
+swapped (a lost face's last known region, grown with its motion); ``hold`` repeats the last fully
+swapped frame for up to ``hold_frames`` frames, then blurs."""
 FACE_MASK_TYPE_CHOICES: tuple[str, ...] = ("box", "occlusion", "region")
 """Neural engine masks, combined by per-pixel minimum with the built-in feathered edge: ``box``
 (FaceFusion's padded, blurred box), ``occlusion`` (the XSeg occluder model: what is in front of
@@ -51,6 +56,12 @@ PIXEL_BOOST_CHOICES: tuple[int, ...] = (128, 256, 384, 512)
 """Aligned sizes of the neural swap: 128 (inswapper's own), or pixel boost's 2×2, 3×3, 4×4."""
 RESOLUTION_CHOICES: tuple[tuple[int, int], ...] = ((640, 480), (1280, 720), (1920, 1080))
 """Camera sizes offered by the app (any size works from the CLI)."""
+
+VRAM_LIMIT = 0.85
+"""The VRAM guard: no new neural session when more than this fraction of device memory is in use
+(:func:`livefuse.swap.neural.check_vram`; the Grafana board draws it as a line)."""
+CONTROL_HOST = "127.0.0.1"
+"""The control API listens here unless the user names another address (local only)."""
 
 MODEL_RELOAD_FIELDS = frozenset({"engine", "precision", "backend", "device", "models_dir",
                                  "face_mask_types", "enhancer"})
@@ -261,6 +272,49 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
+class GuardConfig:
+    """The privacy guard: no frame leaves with a face unaltered while it is on (design.md §9).
+
+    Attributes:
+        mode: see :data:`GUARD_CHOICES`. While it is not ``off`` the detector runs on every
+            frame (tracking cannot see a face that enters between detections).
+        hold_frames: ``hold``: how many frames in a row the last fully swapped frame may be
+            repeated before the guard blurs instead (15 = half a second at 30 fps).
+    """
+
+    mode: GuardMode = "off"
+    hold_frames: int = 15
+
+    def validate(self) -> GuardConfig:
+        _check_choice("privacy guard", self.mode, GUARD_CHOICES)
+        if not 1 <= self.hold_frames <= 600:
+            raise ConfigError(f"hold_frames={self.hold_frames} must be within 1..600")
+        return self
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    """The local control API (Stream Deck, Companion, OBS scripts; :mod:`livefuse.control`).
+
+    Attributes:
+        enabled: serve it while the session exists.
+        port: TCP port (1..65535; 0 picks a free one, for tests).
+        host: the address to listen on: :data:`CONTROL_HOST` unless the user names another.
+    """
+
+    enabled: bool = False
+    port: int = 8765
+    host: str = CONTROL_HOST
+
+    def validate(self) -> ControlConfig:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"control port={self.port} must be within 0..65535")
+        if not self.host.strip():
+            raise ConfigError("control host must not be empty")
+        return self
+
+
+@dataclass(frozen=True)
 class AppConfig:
     """Everything a live session needs, as one frozen value: what the app persists and what
     ``livefuse live`` builds from its flags (:class:`livefuse.session.Session` takes it)."""
@@ -269,13 +323,23 @@ class AppConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
 
     def validate(self) -> AppConfig:
         self.engine.validate()
         self.cache.validate()
         self.capture.validate()
+        self.guard.validate()
+        self.control.validate()
         return self
 
+    def effective_engine(self) -> EngineConfig:
+        """The engine settings the session really runs: with the privacy guard on, detection
+        on every frame (a face entering between two detections would be shown as it is)."""
+        if self.guard.mode == "off" or self.engine.detect_every == 1:
+            return self.engine
+        return dataclasses.replace(self.engine, detect_every=1)
 
 LIVE_DEFAULTS = AppConfig(
     engine=EngineConfig(engine="auto", face_selector="one", detect_every=3, rotation="off"))
@@ -286,7 +350,18 @@ detects every 3rd frame and tracks in between (the pose cache on), and does not 
 frames (up to 4x the detector's cost on frames without a face)."""
 
 
-def _from_dict(cls: Any, data: dict[str, Any], where: str) -> Any:
+def table_values(value: Any) -> dict[str, Any]:
+    """A settings dataclass as a TOML table: ``None`` values are omitted (TOML has no null)."""
+    return {k: v for k, v in dataclasses.asdict(value).items() if v is not None}
+
+
+def from_table(cls: Any, data: dict[str, Any], where: str) -> Any:
+    """A settings dataclass ``cls`` from a TOML table (not validated here).
+
+    Raises:
+        ConfigError: a key that ``cls`` does not have (``where`` names the file and table).
+        TypeError: ``data`` is not a table.
+    """
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
@@ -303,21 +378,20 @@ def save_config(cfg: AppConfig, path: Path) -> Path:
     """Write ``cfg`` as TOML, atomically (temp file + rename). ``None`` values are omitted."""
     from livefuse.imaging import atomic_write_bytes
 
-    data = {name: {k: v for k, v in dataclasses.asdict(getattr(cfg, name)).items()
-                   if v is not None}
-            for name in _TABLES}
+    data = {name: table_values(getattr(cfg, name)) for name in _TABLES}
     atomic_write_bytes(path, tomli_w.dumps(data).encode("utf-8"))
     return path
 
 
 _TABLES = {"engine": EngineConfig, "cache": CacheConfig, "capture": CaptureConfig,
-           "output": OutputConfig}
+           "output": OutputConfig, "guard": GuardConfig, "control": ControlConfig}
 
 
 def load_config(path: Path, defaults: AppConfig | None = None) -> AppConfig:
-    """Read an :class:`AppConfig` from a TOML file with ``[engine]``, ``[cache]``, ``[capture]``
-    and ``[output]`` tables (each optional; missing settings take their value in ``defaults``,
-    by default the dataclasses' own; the app passes :data:`LIVE_DEFAULTS`).
+    """Read an :class:`AppConfig` from a TOML file with ``[engine]``, ``[cache]``, ``[capture]``,
+    ``[output]``, ``[guard]`` and ``[control]`` tables (each optional; missing settings take
+    their value in ``defaults``, by default the dataclasses' own; the app passes
+    :data:`LIVE_DEFAULTS`).
 
     Raises:
         ConfigError: the file is not valid TOML or holds an unknown or out-of-range setting.
@@ -331,7 +405,7 @@ def load_config(path: Path, defaults: AppConfig | None = None) -> AppConfig:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
     base = defaults or AppConfig()
     try:
-        cfg = AppConfig(**{name: _from_dict(cls, {**dataclasses.asdict(getattr(base, name)),
+        cfg = AppConfig(**{name: from_table(cls, {**dataclasses.asdict(getattr(base, name)),
                                                   **data.get(name, {})}, f"{path} [{name}]")
                            for name, cls in _TABLES.items()})
     except TypeError as exc:  # a table that is not a table, e.g. `engine = 3`

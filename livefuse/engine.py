@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,39 @@ def alignment_points(face: Face) -> FloatArray:
     """The points a cached patch is re-warped by: the 68-point brow/eye/nose landmarks when the
     analyser gives them, else the 5 kps."""
     return face.landmarks[_REWARP_POINTS] if face.landmarks is not None else face.kps
+
+
+_PREPARED_MEMO = 16
+"""Prepared source photos an engine keeps (a streamer's presets; a few MB each at most)."""
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedSource:
+    """A source face found in its photo and prepared for one engine's renderer.
+
+    Attributes:
+        face: the chosen face in the photo.
+        data: the renderer's prepared value (opaque; see :meth:`Renderer.prepare`).
+        notes: what the user should be told about the choice (several faces, small, grey).
+    """
+
+    face: Face
+    data: Any
+    notes: tuple[str, ...] = ()
+
+
+def _source_key(image: LoadedImage, face_index: int | None,
+                face: Face | None) -> tuple[Any, ...] | None:
+    """What identifies a prepared photo file: path, size, modification time, shape and the face
+    choice; ``None`` (never memoised) for an image that is not an existing file."""
+    if image.path is None:
+        return None
+    try:
+        st = Path(image.path).stat()
+    except OSError:
+        return None
+    box = None if face is None else tuple(round(float(v), 1) for v in face.bbox)
+    return (str(image.path), st.st_size, st.st_mtime_ns, image.bgr.shape, face_index, box)
 
 
 class Engine:
@@ -111,6 +144,7 @@ class Engine:
             self.analyser = analyser
             self.renderer = ClassicSwapper(config)
         self._source: Any = None
+        self._prepared: dict[tuple[Any, ...], PreparedSource] = {}
         self.source_face: Face | None = None
         self.source_notes: tuple[str, ...] = ()
         self._reference: FloatArray | None = None
@@ -136,11 +170,26 @@ class Engine:
     # -- source / reference -------------------------------------------------------------------
     def set_source(self, image: LoadedImage, face_index: int | None = None,
                    face: Face | None = None) -> Face:
-        """Find the source face in a photo and prepare it once for every later render.
+        """Find the source face in a photo and prepare it once for every later render
+        (:meth:`prepare_source`, then :meth:`use_source`); tracking starts afresh.
+
+        Raises:
+            NoFaceError, FaceIndexError: see :meth:`prepare_source`.
+        """
+        chosen = self.use_source(self.prepare_source(image, face_index, face))
+        self.reset_tracking()
+        return chosen
+
+    def prepare_source(self, image: LoadedImage, face_index: int | None = None,
+                       face: Face | None = None) -> PreparedSource:
+        """Find the source face in a photo and prepare it for the renderer, without using it
+        yet: the frame path is not touched, so a photo without a face changes nothing.
 
         The default choice is the most confident detection that passes the landmark sanity
         check (:func:`livefuse.faces.selection.choose_source_face`); what was chosen and any
-        warning (several faces, a tiny or grey source) is in :attr:`source_notes`.
+        warning (several faces, a tiny or grey source) is in its ``notes``. A photo file
+        prepared before (same path, size and modification time, same choice) is taken from a
+        small memo, so switching back to a preset costs no detection.
 
         Args:
             face_index: which face, left to right from 0 among the plausible ones.
@@ -152,6 +201,10 @@ class Engine:
                 or none at ``face``.
             FaceIndexError: ``face_index`` is outside the faces found.
         """
+        key = _source_key(image, face_index, face)
+        hit = None if key is None else self._prepared.get(key)
+        if hit is not None:
+            return hit
         faces = detect_robust(self.analyser, image.bgr) or detect_rotated(
             lambda f: self.analyser.detect(f, 1), image.bgr, "auto", upright=[])
         choice = choose_source_face(faces, image.bgr, image.path, face_index)
@@ -161,12 +214,29 @@ class Engine:
             if iou(best.bbox, face.bbox) < 0.3:
                 raise NoFaceError(image.path, "source (at the chosen face)")
             chosen = best
-        self._source = self.renderer.prepare(image.bgr, chosen, image.path)
-        self.source_face = chosen
-        self.source_notes = choice.notes if face is None else ()
-        self.reset_tracking()
+        prepared = PreparedSource(face=chosen, data=self.renderer.prepare(image.bgr, chosen,
+                                                                          image.path),
+                                  notes=choice.notes if face is None else ())
+        if key is not None:
+            while len(self._prepared) >= _PREPARED_MEMO:
+                del self._prepared[next(iter(self._prepared))]
+            self._prepared[key] = prepared
+        return prepared
+
+    def use_source(self, prepared: PreparedSource) -> Face:
+        """Swap ``prepared`` (from this engine's :meth:`prepare_source`) in from the next frame
+        on: the cache is dropped (its faces were rendered from the old source); the tracked
+        target faces are kept (they are the same people), so the next frame costs what any
+        frame costs. Cheap: no detection, no model run.
+
+        Returns:
+            The source face.
+        """
+        self._source = prepared.data
+        self.source_face = prepared.face
+        self.source_notes = prepared.notes
         self.cache.invalidate()
-        return chosen
+        return prepared.face
 
     def apply(self, config: EngineConfig) -> bool:
         """Take new engine settings in place when no model has to be loaded again.
@@ -252,9 +322,9 @@ class Engine:
         return faces
 
     def _find(self, frame: StagedFrame, strict: bool, t_s: float | None
-              ) -> tuple[list[Face], bool, int]:
+              ) -> tuple[list[Face], bool, list[Face]]:
         """Detect or track, then select: this frame's target faces, whether it was detected, and
-        how many faces it held before selection."""
+        the faces found there that were not selected."""
         cfg = self.config
         carried = self.tracker.carry(frame, self.analyser)
         detected = carried is None
@@ -270,11 +340,12 @@ class Engine:
             if strict:
                 raise
             targets = []
+        others = [f for f in faces if not any(f is t for t in targets)]
         targets = self.tracker.commit(targets, detected)
         self.cache.retain({f.track_id for f in targets})
         if cfg.smooth and t_s is not None:
             targets = self.smoother(targets, t_s)
-        return targets, detected, len(faces)
+        return targets, detected, others
 
     def _patches(self, frame: StagedFrame, faces: Sequence[Face]
                  ) -> tuple[list[Patch | None], list[Patch | None], list[int], list[Any], int]:
@@ -359,8 +430,8 @@ class Engine:
         t0 = time.perf_counter_ns()
         # still images are not smoothed: the filter needs a sequence of frames
         t_s = None if strict else packet.t_capture_ns / 1e9
-        targets, packet.detected, packet.found = self._find(staged, strict, t_s)
-        packet.faces = targets
+        targets, packet.detected, others = self._find(staged, strict, t_s)
+        packet.faces, packet.found = targets, len(targets) + len(others)
         self._sync()
         packet.timings_ms["detect" if packet.detected else "track"] = _ms(t0)
 
@@ -399,6 +470,7 @@ class Engine:
                     self.cache.store(tid, keys[i], ((swap[i], enh[i]),
                                                     alignment_points(targets[i])))
         packet.swapped = sum(r is not None for r in rois)
+        packet.unswapped = others + [f for f, r in zip(targets, rois, strict=True) if r is None]
         packet.output = out
         return packet
 
@@ -450,4 +522,4 @@ class Engine:
         return None if self._source is None else self._source.path
 
 
-__all__ = ["Engine", "alignment_points"]
+__all__ = ["Engine", "PreparedSource", "alignment_points"]

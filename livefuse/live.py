@@ -7,27 +7,36 @@ when the engine is slower than the camera, older frames are dropped (and counted
 stays bounded by about one capture period plus one processing time.
 
 Everything that changes while running (settings, the source face, the set of sinks) is handed
-over through :meth:`LiveRunner.apply` / :meth:`LiveRunner.set_sinks` and taken by the inference
-thread at the next frame boundary; nothing else touches the engine or the sink list.
+over through :meth:`LiveRunner.apply` / :meth:`LiveRunner.switch` / :meth:`LiveRunner.set_sinks`
+and taken by the inference thread at the next frame boundary; nothing else touches the engine or
+the sink list. Between the engine and the sinks the privacy guard (:mod:`livefuse.guard`) hides
+every face that is not swapped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from livefuse.config import AppConfig, CacheConfig, EngineConfig
+from livefuse.errors import LivefuseError
+from livefuse.guard import PrivacyGuard
 from livefuse.imaging import LoadedImage
 from livefuse.io.sinks import Sink
 from livefuse.io.sources import Capture, Source
 from livefuse.metrics import Metrics
 from livefuse.slot import LatestSlot, SlotClosed
 from livefuse.types import Face, Frame, FramePacket, StagedFrame
+
+if TYPE_CHECKING:
+    from livefuse.engine import PreparedSource
 
 _POLL_S = 0.25  # how often the inference thread wakes without frames (watchdog, stop)
 REBUILD_DELAY_S = 0.3
@@ -41,6 +50,9 @@ class EngineLike(Protocol):
     def set_source(self, image: LoadedImage, face_index: int | None = None,
                    face: Face | None = None) -> Face: ...
     def set_reference(self, image: LoadedImage) -> None: ...
+    def prepare_source(self, image: LoadedImage, face_index: int | None = None,
+                       face: Face | None = None) -> PreparedSource: ...
+    def use_source(self, prepared: PreparedSource) -> Face: ...
     def stage(self, frame: Frame) -> StagedFrame: ...
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
@@ -59,10 +71,31 @@ EngineFactory = Callable[[AppConfig], EngineLike]
 
 
 def default_engine_factory(config: AppConfig) -> EngineLike:
-    """The project's Engine for ``config``."""
+    """The project's Engine for ``config`` (the runner hands factories a config whose engine
+    settings are :meth:`AppConfig.effective_engine`)."""
     from livefuse.engine import Engine
 
     return Engine(config.engine, cache=config.cache)
+
+
+def for_engine(config: AppConfig) -> AppConfig:
+    """``config`` as an engine factory should build it (the guard's detection interval)."""
+    return dataclasses.replace(config, engine=config.effective_engine())
+
+
+class SwitchCancelled(LivefuseError):
+    """A checked switch (:meth:`LiveRunner.switch`) was not taken: a newer one replaced it, or
+    the session stopped first."""
+
+
+@dataclass
+class _Switch:
+    config: AppConfig | None
+    image: LoadedImage
+    face_index: int | None
+    face: Face | None
+    future: Future[Face]
+    commit: bool = True
 
 
 @dataclass
@@ -140,6 +173,12 @@ class LiveRunner:
         self._index = 0
         self._status_lock = threading.Lock()
         self._statuses: deque[str] = deque(maxlen=100)
+        self._switch: _Switch | None = None
+        self._preloads: deque[_Switch] = deque()
+        self.guard = PrivacyGuard(self.config.guard)
+        self.swap = True
+        """Swap faces (``False``: frames pass as they are, but the guard still hides them)."""
+        self._fallbacks_seen: set[int] = set()
         self.errors = 0
         self.frames_out = 0
 
@@ -237,6 +276,11 @@ class LiveRunner:
             if self._slot is not None:
                 self._slot.close()
             t, capture = self._thread, self._capture
+            left = [*([self._switch] if self._switch is not None else []), *self._preloads]
+            self._switch = None
+            self._preloads.clear()
+        for switch in left:
+            switch.future.set_exception(SwitchCancelled("the session stopped before the switch"))
         # joined outside the lock: the inference thread takes it at every frame boundary
         if t is not None:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -267,6 +311,56 @@ class LiveRunner:
                 self._pending.face = face
             if reference is not None:
                 self._pending.reference = reference
+
+    @property
+    def switch_pending(self) -> bool:
+        """Whether a :meth:`switch` waits for the next frame boundary."""
+        with self._lock:
+            return self._switch is not None
+
+    def switch(self, config: AppConfig | None, source_face: LoadedImage,
+               face_index: int | None = None, face: Face | None = None) -> Future[Face]:
+        """Switch to new settings and a new source face at the next frame boundary, all or
+        nothing: the inference thread first prepares the source face with the running engine
+        (a photo without a face changes nothing), then takes both before the next frame, so no
+        frame mixes the old and the new (a prepared photo is memoised by the engine: switching
+        back costs no detection). When the new settings need other models, the face is
+        checked with the running engine, then the old models are freed, the new ones loaded
+        and the face prepared on them; if that fails, the old ones are loaded again (the
+        stream waits meanwhile, and keeps what it had).
+
+        Call it while the runner runs (the inference thread resolves the future).
+
+        Returns:
+            A future: the chosen source face, or the error (``NoFaceError``,
+            ``FaceIndexError``, :class:`SwitchCancelled`, ...), in which case nothing changed.
+
+        Raises:
+            ConfigError: ``config`` is invalid (checked here).
+        """
+        if config is not None:
+            config.validate()
+        future: Future[Face] = Future()
+        with self._lock:
+            old, self._switch = self._switch, _Switch(config, source_face, face_index, face,
+                                                      future)
+        if old is not None:
+            old.future.set_exception(SwitchCancelled("replaced by a newer switch"))
+        return future
+
+    def preload(self, source_face: LoadedImage, face_index: int | None = None,
+                face: Face | None = None) -> Future[Face]:
+        """Prepare a source face with the running engine, one per frame boundary (that frame
+        waits for it), so a later :meth:`switch` to it is taken without a detection. Nothing
+        else changes. Call it while the runner runs.
+
+        Returns:
+            A future: the face that would be used, or the error.
+        """
+        future: Future[Face] = Future()
+        with self._lock:
+            self._preloads.append(_Switch(None, source_face, face_index, face, future, False))
+        return future
 
     def set_sinks(self, sinks: Sequence[Sink]) -> None:
         """Send frames to ``sinks`` from the next frame boundary on. Sinks left out are not
@@ -324,16 +418,11 @@ class LiveRunner:
             self._reference = reference
         rebuild = self._engine is None
         if cfg is not None:
-            old, self.config = self.config, cfg
-            if cfg.cache != old.cache and self._engine is not None:
-                self._engine.set_cache(cfg.cache)
-            if cfg.engine != old.engine and self._engine is not None and \
-                    not self._engine.apply(cfg.engine):
-                rebuild = True
+            rebuild = not self._take_config(cfg) or rebuild
         if rebuild and self._factory is not None:
             self._stage = None
             self._engine = None  # the old engine's models are freed before the new load
-            self._engine = self._factory(self.config)
+            self._engine = self._factory(for_engine(self.config))
             self._stage = self._engine.stage
             image, reference = self._source_face, self._reference
         elif rebuild and cfg is not None and self._engine is not None:
@@ -344,6 +433,106 @@ class LiveRunner:
             self._engine.set_reference(reference)
         if image is not None and self._engine is not None:
             self._engine.set_source(image, self._face_index, self._face)
+        self._take_switch()
+
+    def _take_config(self, cfg: AppConfig) -> bool:
+        """Make ``cfg`` the runner's settings; ``False`` when the engine must be rebuilt."""
+        old, self.config = self.config, cfg
+        if cfg.guard != old.guard:
+            self.guard.configure(cfg.guard)
+        engine = self._engine
+        if engine is None:
+            return True
+        if cfg.cache != old.cache:
+            engine.set_cache(cfg.cache)
+        new, before = cfg.effective_engine(), old.effective_engine()
+        return new == before or engine.apply(new)
+
+    def _take_switch(self) -> None:
+        """A checked :meth:`switch`, on the inference thread at a frame boundary."""
+        with self._lock:
+            switch, self._switch = self._switch, None
+            if switch is None and self._preloads:
+                switch = self._preloads.popleft()
+        if switch is None:
+            return
+        engine = self._engine
+        if engine is None:
+            switch.future.set_exception(LivefuseError(
+                "the engine is not ready (see the engine error in the status lines)"))
+            return
+        try:
+            prepared = engine.prepare_source(switch.image, switch.face_index, switch.face)
+        except Exception as exc:  # the caller is told; the stream keeps what it had
+            switch.future.set_exception(exc)
+            return
+        if not switch.commit:
+            switch.future.set_result(prepared.face)
+            return
+        cfg = switch.config
+        if cfg is not None and self._needs_rebuild(cfg):
+            built = self._engine_for_switch(switch, cfg)
+            if built is None:
+                return
+            engine, prepared = built
+        if cfg is not None:
+            self._take_config(cfg)
+        engine.use_source(prepared)
+        self._source_face, self._face_index, self._face = switch.image, switch.face_index, \
+            switch.face
+        switch.future.set_result(prepared.face)
+
+    def _engine_for_switch(self, switch: _Switch, cfg: AppConfig
+                           ) -> tuple[EngineLike, PreparedSource] | None:
+        """A switch to other models: the engine built for ``cfg`` and the new face prepared on
+        it; on any failure the engine of the settings before is built again with its face
+        (the stream keeps what it had), the switch fails, and ``None`` is returned."""
+        if self._factory is None:
+            switch.future.set_exception(LivefuseError(
+                "these settings need other models, and this session's engine is fixed"))
+            return None
+        self._stage = None
+        self._engine = None  # the old engine's models are freed before the new load
+        try:
+            engine = self._factory(for_engine(cfg))
+            if self._reference is not None:
+                engine.set_reference(self._reference)
+            prepared = engine.prepare_source(switch.image, switch.face_index, switch.face)
+        except Exception as exc:
+            self.status(f"switch refused, the models before are loaded again: {exc}")
+            self._engine = self._factory(for_engine(self.config))
+            self._stage = self._engine.stage
+            if self._reference is not None:
+                self._engine.set_reference(self._reference)
+            if self._source_face is not None:
+                self._engine.set_source(self._source_face, self._face_index, self._face)
+            switch.future.set_exception(exc)
+            return None
+        self._engine, self._stage = engine, engine.stage
+        return engine, prepared
+
+    def _process(self, engine: EngineLike, staged: StagedFrame, t_cap: int) -> FramePacket:
+        """One frame through the engine; with the swap off, the frame as it is, its faces
+        (found by the engine when the guard needs them) all counted as unswapped."""
+        if self.swap:
+            return engine.process(staged, self._index, t_cap, in_place=True)
+        if not self.guard.on:
+            _release((staged, t_cap))
+            return FramePacket(index=self._index, t_capture_ns=t_cap, frame=staged.host,
+                               output=staged.host)
+        packet = engine.process(staged, self._index, t_cap)  # the input stays as it is
+        packet.unswapped = packet.faces + packet.unswapped
+        packet.faces, packet.output, packet.swapped = [], packet.frame, 0
+        return packet
+
+    def _measure(self, engine: EngineLike) -> None:
+        stats = engine.cache.stats
+        self.metrics.set_cache(stats.hits, stats.misses, stats.forced_refreshes)
+        # an fp16 engine that fell back to fp32 stays there: counted once per engine
+        if id(engine) not in self._fallbacks_seen and \
+                engine.precision_in_use.endswith("(fallback)"):
+            self._fallbacks_seen.add(id(engine))
+            self.metrics.add_precision_fallback()
 
     def _needs_rebuild(self, cfg: AppConfig) -> bool:
         from livefuse.config import MODEL_RELOAD_FIELDS
@@ -378,8 +567,8 @@ class LiveRunner:
                 if self._engine is None:
                     _release(item)
                     continue
-                packet = self._engine.process(staged, self._index, t_cap, in_place=True)
-            except Exception as exc:
+                packet = self._process(self._engine, staged, t_cap)
+            except Exception as exc:  # the frame is not sent: nothing leaves unswapped
                 _release(item)
                 self.errors += 1
                 self.status(f"engine error: {exc}")
@@ -387,9 +576,15 @@ class LiveRunner:
             finally:
                 self._index += 1
             self.metrics.frame_processed(packet.timings_ms, t_cap)
-            stats = self._engine.cache.stats
-            self.metrics.set_cache(stats.hits, stats.misses, stats.forced_refreshes)
+            self._measure(self._engine)
             out = packet.output if packet.output is not None else staged.host
+            t_guard = time.perf_counter_ns()
+            # every frame is a new array, never written to once handed to the sinks: the
+            # guard's hold keeps a reference to the last fully swapped one, not a copy
+            out = self.guard.apply(out, [f for f in packet.faces if not any(
+                f is u for u in packet.unswapped)], packet.unswapped)
+            self.metrics.set_guard(self.guard.state, (time.perf_counter_ns() - t_guard) / 1e6
+                                   if self.guard.on else None)
             timed = False
             for sink in self._sinks:
                 if self._stop.is_set():
@@ -408,5 +603,5 @@ class LiveRunner:
                 self.metrics.frame_out(t_cap)
 
 
-__all__ = ["REBUILD_DELAY_S", "EngineFactory", "EngineLike", "LiveRunner",
-           "default_engine_factory"]
+__all__ = ["REBUILD_DELAY_S", "EngineFactory", "EngineLike", "LiveRunner", "SwitchCancelled",
+           "default_engine_factory", "for_engine"]

@@ -5,6 +5,7 @@ same :class:`~livefuse.session.Session` as the desktop app."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import threading
@@ -14,8 +15,18 @@ from typing import Any
 
 from livefuse import extras
 from livefuse.cli_args import HelpFormatter, add_engine_args, choose_engine
-from livefuse.config import LIVE_DEFAULTS, AppConfig, CacheConfig, CaptureConfig, OutputConfig
-from livefuse.errors import LivefuseError, VideoError
+from livefuse.config import (
+    CONTROL_HOST,
+    GUARD_CHOICES,
+    LIVE_DEFAULTS,
+    AppConfig,
+    CacheConfig,
+    CaptureConfig,
+    ControlConfig,
+    GuardConfig,
+    OutputConfig,
+)
+from livefuse.errors import ConfigError, LivefuseError, VideoError
 from livefuse.imaging import load_image
 from livefuse.metrics import Metrics, start_prometheus
 from livefuse.session import Session
@@ -25,28 +36,9 @@ OPEN_ATTEMPTS = 5
 with the capture's back-off); the app keeps retrying instead."""
 
 
-def add_parser(sub: Any) -> None:
-    """Register the ``live`` subcommand on an ``argparse`` subparsers object."""
-    p = sub.add_parser(
-        "live", help="live face swap from a camera or video to a virtual camera",
-        description="Headless live session: camera (or a video file) in; virtual camera "
-                    "and/or a recording out. Prints a metrics line every second; Ctrl-C stops.",
-        formatter_class=HelpFormatter)
-    p.add_argument("--source", "-s", required=True, type=Path,
-                   help="photo of the source face")
-    inp = p.add_mutually_exclusive_group()
-    inp.add_argument("--camera", default="0", help="camera index or device path")
-    inp.add_argument("--video", type=Path, help="a video file standing in for the camera")
-    p.add_argument("--loop", action="store_true", help="loop --video")
-    cap, cache = LIVE_DEFAULTS.capture, LIVE_DEFAULTS.cache
-    p.add_argument("--width", type=int, default=cap.width, help="requested camera width (px)")
-    p.add_argument("--height", type=int, default=cap.height,
-                   help="requested camera height (px)")
-    p.add_argument("--fps", type=float, default=cap.fps, help="requested camera / output fps")
-    p.add_argument("--open-attempts", type=int, default=OPEN_ATTEMPTS,
-                   help="give up after this many failed camera opens in a row")
-    p.add_argument("--virtual-cam", action="store_true", help="send frames to a virtual camera")
-    p.add_argument("--record", type=Path, help="also record the output (.mp4, .mkv, .mov)")
+def add_settings_args(p: argparse.ArgumentParser) -> None:
+    """The engine and cache options of ``live`` (and of ``presets save``), live's defaults."""
+    cache = LIVE_DEFAULTS.cache
     p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=cache.enabled,
                    help="pose-similarity cache "
                         f"(default: {'on' if cache.enabled else 'off, --cache turns it on'})")
@@ -55,30 +47,104 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--cache-threshold", type=float, default=cache.threshold,
                    help="similarity (0..1] at or above which a cached swap is reused")
     add_engine_args(p, LIVE_DEFAULTS.engine)
+
+
+def add_guard_args(p: argparse.ArgumentParser) -> None:
+    """``--privacy-guard`` and ``--guard-hold-frames`` (``None`` when not given)."""
+    p.add_argument("--privacy-guard", choices=GUARD_CHOICES, default=None,
+                   help="hide every face that is not swapped (a lost face, a second person): "
+                        "blur = pixelate it; hold = repeat the last fully swapped frame, then "
+                        "blur; on, detection runs every frame (default: off, or the preset's)")
+    p.add_argument("--guard-hold-frames", type=int, default=None, metavar="N",
+                   help=f"hold: repeat the last swapped frame at most N frames in a row "
+                        f"(default: {GuardConfig.hold_frames})")
+
+
+def guard_config(args: argparse.Namespace, base: GuardConfig | None = None) -> GuardConfig:
+    """``base`` (the defaults, or a preset's guard) with the guard options that were given."""
+    guard = base or GuardConfig()
+    if args.privacy_guard is not None:
+        guard = dataclasses.replace(guard, mode=args.privacy_guard)
+    if args.guard_hold_frames is not None:
+        guard = dataclasses.replace(guard, hold_frames=args.guard_hold_frames)
+    return guard.validate()
+
+
+def settings_given(args: argparse.Namespace) -> list[str]:
+    """The engine and cache options of :func:`add_settings_args` given with a value other than
+    their default, spelled as on the command line."""
+    probe = argparse.ArgumentParser(add_help=False)
+    add_settings_args(probe)
+    defaults = vars(probe.parse_args([]))
+    given = [(k, getattr(args, k, v)) for k, v in defaults.items()
+             if k != "default_face_selector" and getattr(args, k, v) != v]
+    # on/off options: `--no-cache`, `--no-smooth`, `--no-keep-mouth` turn a default off
+    return [("--no-" if value is False else "--") + k.replace("_", "-") for k, value in given]
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``live`` subcommand on an ``argparse`` subparsers object."""
+    p = sub.add_parser(
+        "live", help="live face swap from a camera or video to a virtual camera",
+        description="Headless live session: camera (or a video file) in; virtual camera "
+                    "and/or a recording out. Prints a metrics line every second; Ctrl-C stops.",
+        formatter_class=HelpFormatter)
+    p.add_argument("--source", "-s", type=Path,
+                   help="photo of the source face (or --preset)")
+    p.add_argument("--preset", metavar="NAME",
+                   help="start with a saved preset: its source face and engine, cache and "
+                        "guard settings (`livefuse presets list`)")
+    inp = p.add_mutually_exclusive_group()
+    inp.add_argument("--camera", default="0", help="camera index or device path")
+    inp.add_argument("--video", type=Path, help="a video file standing in for the camera")
+    p.add_argument("--loop", action="store_true", help="loop --video")
+    cap = LIVE_DEFAULTS.capture
+    p.add_argument("--width", type=int, default=cap.width, help="requested camera width (px)")
+    p.add_argument("--height", type=int, default=cap.height,
+                   help="requested camera height (px)")
+    p.add_argument("--fps", type=float, default=cap.fps, help="requested camera / output fps")
+    p.add_argument("--open-attempts", type=int, default=OPEN_ATTEMPTS,
+                   help="give up after this many failed camera opens in a row")
+    p.add_argument("--virtual-cam", action="store_true", help="send frames to a virtual camera")
+    p.add_argument("--record", type=Path, help="also record the output (.mp4, .mkv, .mov)")
+    add_settings_args(p)
+    add_guard_args(p)
     p.add_argument("--metrics-port", type=int,
                    help="serve Prometheus metrics on 127.0.0.1:PORT (needs the metrics extra)")
+    p.add_argument("--control-port", type=int, metavar="PORT",
+                   help="serve the control API (Stream Deck, scripts) on PORT; every request "
+                        "needs the token `livefuse control-token` prints")
+    p.add_argument("--control-host", default=CONTROL_HOST, metavar="ADDR",
+                   help="the control API's address: only this computer unless you name "
+                        "another (plain HTTP: trusted networks only) (default: %(default)s)")
     p.add_argument("--duration", type=float, help="stop after S seconds")
     p.set_defaults(func=run_live)
 
 
-def app_config(args: argparse.Namespace) -> AppConfig:
-    """The session's settings from ``livefuse live``'s flags.
+def app_config(args: argparse.Namespace, with_engine: bool = True) -> AppConfig:
+    """The session's settings from ``livefuse live``'s flags (``with_engine=False``: the
+    default engine and cache settings, for a preset to replace).
 
     Raises:
         ConfigError: a value is out of range.
     """
+    control = ControlConfig(enabled=args.control_port is not None,
+                            port=8765 if args.control_port is None else args.control_port,
+                            host=args.control_host)
     capture = CaptureConfig(
         kind="video" if args.video is not None else "camera", camera=str(args.camera),
         video=None if args.video is None else str(args.video), loop=args.loop,
         width=args.width, height=args.height, fps=args.fps,
         max_open_attempts=args.open_attempts)
+    output = OutputConfig(virtual_camera=args.virtual_cam,
+                          record=None if args.record is None else str(args.record))
+    if not with_engine:
+        return AppConfig(capture=capture, output=output, control=control).validate()
     return AppConfig(
         engine=choose_engine(args),
         cache=CacheConfig(enabled=args.cache, threshold=args.cache_threshold,
                           refresh_every_n=args.cache_refresh),
-        capture=capture,
-        output=OutputConfig(virtual_camera=args.virtual_cam,
-                            record=None if args.record is None else str(args.record)),
+        capture=capture, output=output, guard=guard_config(args), control=control,
     ).validate()
 
 
@@ -93,8 +159,15 @@ def run_live(args: argparse.Namespace) -> int:
     if args.video is not None and not args.video.is_file():
         raise VideoError(args.video, "file not found" if not args.video.exists() else
                          "is not a file")
-    config = app_config(args)
-    face = load_image(args.source)
+    if (args.source is None) == (args.preset is None):
+        raise ConfigError("give the source face photo (-s PHOTO) or a preset (--preset NAME), "
+                          "one of the two")
+    if args.preset is not None and settings_given(args):
+        raise ConfigError(f"{' '.join(settings_given(args))}: --preset '{args.preset}' sets "
+                          "the engine and cache settings; save a preset with them "
+                          "(`livefuse presets save`) or leave --preset out")
+    config = app_config(args, with_engine=args.preset is None)
+    face = None if args.source is None else load_image(args.source)
     reference = None if args.reference is None else load_image(args.reference)
     if args.virtual_cam:
         extras.require("vcam", "--virtual-cam")
@@ -122,12 +195,22 @@ def run_live(args: argparse.Namespace) -> int:
 
     metrics = Metrics()
     session = Session(config, on_status=say, metrics=metrics)
-    session.set_source_face(face)  # a recording that is an input is refused here
+    if args.preset is not None:
+        preset = session.switch_preset(args.preset)  # builds the engine, checks the face
+        guard = guard_config(args, preset.guard)
+        if guard != preset.guard:
+            session.set_guard(guard.mode, guard.hold_frames)
+    if face is not None:
+        session.set_source_face(face)  # a recording that is an input is refused here
     if reference is not None:
         session.set_reference(reference)
     engine = session.prepare()  # a photo without a face or a bad model fails here
     for note in engine.source_notes:
         print(f"source: {note}", file=sys.stderr)
+    if config.control.enabled:
+        for name, why in session.preload_presets().items():
+            print(f"preset {name}: " + ("ready" if why is None else why), file=sys.stderr)
+        session.open_control()  # the port taken fails here, before any device opens
     server = None
     if args.metrics_port is not None:
         try:
@@ -155,6 +238,7 @@ def run_live(args: argparse.Namespace) -> int:
                 break
     finally:
         session.stop(2.0)
+        session.close_control()
         if server is not None:
             server.shutdown()
         for sig, handler in old.items():
@@ -172,4 +256,5 @@ def run_live(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_parser", "app_config", "run_live"]
+__all__ = ["add_guard_args", "add_parser", "add_settings_args", "app_config", "guard_config",
+           "run_live", "settings_given"]

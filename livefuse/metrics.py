@@ -6,6 +6,7 @@ a frozen value the UI and the CLI print. An optional Prometheus endpoint serves 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -13,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from livefuse.config import GUARD_CHOICES, VRAM_LIMIT
+from livefuse.guard import GuardState
 
 RATE_WINDOW_S = 2.0
 """Frame rates count the frames captured in the last this many seconds."""
@@ -64,6 +68,10 @@ class MetricsSnapshot:
         vram_allocated_mib, vram_reserved_mib: torch's CUDA allocator, ``None`` without CUDA.
         vram_process_mib: this process's GPU memory per NVML, ``None`` without a GPU.
         rss_mib: resident set size of this process, ``None`` without psutil.
+        vram_total_mib: the device's memory (the VRAM guard's line is
+            :data:`livefuse.config.VRAM_LIMIT` of it), ``None`` without CUDA.
+        precision_fallbacks: engines whose fp16 output failed the check and fell back to fp32.
+        guard: the privacy guard's state after the last frame, and the frames it altered.
     """
 
     input_fps: float = 0.0
@@ -84,6 +92,9 @@ class MetricsSnapshot:
     vram_reserved_mib: float | None = None
     vram_process_mib: float | None = None
     rss_mib: float | None = None
+    vram_total_mib: float | None = None
+    precision_fallbacks: int = 0
+    guard: GuardState = field(default_factory=GuardState)
 
     def line(self) -> str:
         """One human-readable line (the CLI prints it every second)."""
@@ -97,9 +108,11 @@ class MetricsSnapshot:
         mem = "" if self.rss_mib is None else f" rss {self.rss_mib:.0f} MiB"
         if self.vram_process_mib is not None:
             mem += f" vram {self.vram_process_mib:.0f} MiB"
+        guard = "" if self.guard.mode == "off" else f" | {self.guard.line()}"
         return (f"in {self.input_fps:.1f} proc {self.processed_fps:.1f} out {self.output_fps:.1f}"
                 f" fps | latency p50/p95 {lat} | {stages} ms | dropped {drops}"
-                + (f" (+{unsent} unsent: no device)" if unsent else "") + f" | {cache}{mem}")
+                + (f" (+{unsent} unsent: no device)" if unsent else "") + f" | {cache}{mem}"
+                + guard)
 
 
 def _rss_mib() -> float | None:
@@ -110,12 +123,15 @@ def _rss_mib() -> float | None:
     return float(psutil.Process().memory_info().rss) / 2**20
 
 
-def _torch_vram() -> tuple[float | None, float | None]:
+def _torch_vram() -> tuple[float | None, float | None, float | None]:
+    """torch's allocated and reserved MiB and the device's total MiB (``None`` without CUDA)."""
     import sys
     torch: Any = sys.modules.get("torch")  # never import torch just to read a zero
     if torch is None or not torch.cuda.is_available():
-        return None, None
-    return (torch.cuda.memory_allocated() / 2**20, torch.cuda.memory_reserved() / 2**20)
+        return None, None, None
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    return (torch.cuda.memory_allocated() / 2**20, torch.cuda.memory_reserved() / 2**20,
+            total / 2**20)
 
 
 class _Nvml:
@@ -164,6 +180,8 @@ class Metrics:
         self._dropped: dict[str, int] = {}
         self._unsent: dict[str, int] = {}
         self._cache = (0, 0, 0)
+        self._fallbacks = 0
+        self._guard: GuardState | None = None
         self._nvml = _Nvml()
 
     def _now(self, t_ns: int | None) -> int:
@@ -205,6 +223,21 @@ class Metrics:
         with self._lock:
             self._cache = (hits, misses, forced_refreshes)
 
+    def add_precision_fallback(self) -> None:
+        """An engine's fp16 output failed the check; it runs fp32 from now on."""
+        with self._lock:
+            self._fallbacks += 1
+
+    def set_guard(self, state: GuardState, ms: float | None = None) -> None:
+        """The privacy guard's state after a frame, and its own time on it (the ``guard``
+        stage), from the inference thread."""
+        with self._lock:
+            self._guard = state
+            if ms is not None:
+                self._stages.setdefault("guard", deque(maxlen=self._window)).append(ms)
+            else:
+                self._stages.pop("guard", None)
+
     def snapshot(self, memory: bool = True, now_ns: int | None = None) -> MetricsSnapshot:
         """A frozen reading; ``memory=False`` skips the RSS/VRAM queries (cheaper)."""
         now = time.perf_counter_ns() if now_ns is None else now_ns
@@ -222,11 +255,14 @@ class Metrics:
                 frames_out=self._output.count, dropped=dict(self._dropped),
                 unsent=dict(self._unsent),
                 cache_hits=self._cache[0], cache_misses=self._cache[1],
-                cache_forced_refreshes=self._cache[2])
+                cache_forced_refreshes=self._cache[2], precision_fallbacks=self._fallbacks)
+            if self._guard is not None:
+                snap.update(guard=self._guard)
         if memory:
-            alloc, reserved = _torch_vram()
+            alloc, reserved, total = _torch_vram()
             snap.update(vram_allocated_mib=alloc, vram_reserved_mib=reserved,
-                        vram_process_mib=self._nvml.process_mib(), rss_mib=_rss_mib())
+                        vram_total_mib=total, vram_process_mib=self._nvml.process_mib(),
+                        rss_mib=_rss_mib())
         return MetricsSnapshot(**snap)  # type: ignore[arg-type]
 
 
@@ -275,12 +311,45 @@ def start_prometheus(metrics: Metrics, port: int, addr: str = "127.0.0.1") -> An
                          ("forced_refresh", s.cache_forced_refreshes)):
                 c.add_metric([k], n)
             yield c
-            for name, mib in (("rss_mib", s.rss_mib), ("vram_process_mib", s.vram_process_mib),
-                              ("vram_allocated_mib", s.vram_allocated_mib)):
-                if mib is not None:
-                    g = GaugeMetricFamily(f"livefuse_{name}", name.replace("_", " "))
-                    g.add_metric([], mib)
-                    yield g
+            if s.rss_mib is not None:
+                g = GaugeMetricFamily("livefuse_rss_mib", "resident set size, MiB")
+                g.add_metric([], s.rss_mib)
+                yield g
+            # VRAM series exist on every machine (NaN = no GPU), so a dashboard's queries
+            # resolve everywhere and show "no value" rather than "no such metric"
+            guard_mib = None if s.vram_total_mib is None else s.vram_total_mib * VRAM_LIMIT
+            for name, mib, text in (
+                    ("vram_process_mib", s.vram_process_mib, "this process's GPU memory (NVML)"),
+                    ("vram_allocated_mib", s.vram_allocated_mib, "torch allocated"),
+                    ("vram_reserved_mib", s.vram_reserved_mib, "torch reserved"),
+                    ("vram_total_mib", s.vram_total_mib, "device memory"),
+                    ("vram_guard_mib", guard_mib,
+                     f"VRAM guard: no new session above {VRAM_LIMIT:.0%} of device memory")):
+                g = GaugeMetricFamily(f"livefuse_{name}", f"{text}, MiB (NaN: no GPU)")
+                g.add_metric([], math.nan if mib is None else mib)
+                yield g
+            c = CounterMetricFamily("livefuse_precision_fallbacks",
+                                    "engines whose fp16 output failed the check (now fp32)")
+            c.add_metric([], s.precision_fallbacks)
+            yield c
+            g = GaugeMetricFamily("livefuse_guard_mode", "privacy guard mode (1 = current)",
+                                  labels=["mode"])
+            for mode in GUARD_CHOICES:
+                g.add_metric([mode], float(mode == s.guard.mode))
+            yield g
+            g = GaugeMetricFamily("livefuse_guard_active",
+                                  "1 when the privacy guard altered the last frame")
+            g.add_metric([], float(s.guard.active))
+            yield g
+            g = GaugeMetricFamily("livefuse_guard_regions",
+                                  "face regions the privacy guard hid in the last frame")
+            g.add_metric([], s.guard.regions)
+            yield g
+            c = CounterMetricFamily("livefuse_guard_frames",
+                                    "frames the privacy guard altered", labels=["action"])
+            c.add_metric(["blur"], s.guard.frames_blurred)
+            c.add_metric(["hold"], s.guard.frames_held)
+            yield c
 
     registry = CollectorRegistry()
     registry.register(_Collector())

@@ -11,21 +11,31 @@ session; the session builds the frame source, the engine and the sinks from it a
   one that ever iterates over them); removed sinks are closed after they were let go;
 * a capture change swaps the frame source while the engine keeps running.
 
+On stream (design.md §9): :meth:`Session.switch_preset` switches to a named preset
+(:mod:`livefuse.presets`) at a frame boundary, all or nothing, with the camera and the virtual
+camera left open; :meth:`Session.set_swap` and :meth:`Session.set_guard` toggle the swap and the
+privacy guard; :meth:`Session.open_control` serves the local control API
+(:mod:`livefuse.control`), which drives these same methods.
+
 Every method is safe from any one controlling thread (the GUI thread, the CLI's main thread);
-status lines and preview frames arrive on the runner's threads.
+the switch, swap, guard and status methods also from the control API's request threads. Status
+lines and preview frames arrive on the runner's threads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from livefuse.config import AppConfig, CaptureConfig, OutputConfig
-from livefuse.errors import ConfigError
-from livefuse.imaging import LoadedImage
+from livefuse.config import AppConfig, CaptureConfig, GuardMode, OutputConfig
+from livefuse.errors import ConfigError, LivefuseError
+from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.paths import check_output
 from livefuse.io.sinks import PreviewSink, RecorderSink, Sink, VirtualCameraSink
 from livefuse.io.sources import (
@@ -34,12 +44,27 @@ from livefuse.io.sources import (
     TestPatternSource,
     VideoFileSource,
 )
-from livefuse.live import EngineFactory, EngineLike, LiveRunner, default_engine_factory
+from livefuse.live import (
+    EngineFactory,
+    EngineLike,
+    LiveRunner,
+    default_engine_factory,
+    for_engine,
+)
 from livefuse.metrics import Metrics
+from livefuse.presets import Preset, PresetError, PresetSource, PresetStore
 from livefuse.types import Face, Frame
+
+if TYPE_CHECKING:
+    from livefuse.control import ControlServer
 
 StatusFn = Callable[[str], None]
 FrameFn = Callable[[Frame, int], None]
+
+_PHOTOS_KEPT = 16  # decoded preset photos kept (a few MB each)
+SWITCH_TIMEOUT_S = 30.0
+"""How long a preset or source switch waits for the inference thread (a frame, plus a model
+load when the preset changes the models) before it reports a time-out."""
 
 
 def build_source(capture: CaptureConfig) -> Source:
@@ -93,6 +118,8 @@ class Session:
         source_factory: ``CaptureConfig -> Source`` (tests inject fakes).
         vcam_backend: pyvirtualcam backend name for the virtual camera (``None``: the OS's own).
 
+        presets: the preset folder (the user config dir's ``presets`` by default).
+
     Raises:
         ConfigError: invalid settings.
     """
@@ -101,7 +128,8 @@ class Session:
                  on_frame: FrameFn | None = None, metrics: Metrics | None = None,
                  engine_factory: EngineFactory = default_engine_factory,
                  source_factory: Callable[[CaptureConfig], Source] = build_source,
-                 vcam_backend: str | None = None) -> None:
+                 vcam_backend: str | None = None,
+                 presets: PresetStore | None = None) -> None:
         self._config = config.validate()
         self._on_status = on_status or (lambda s: None)
         self._on_frame = on_frame
@@ -117,6 +145,13 @@ class Session:
         self._runner: LiveRunner | None = None
         self._sinks: dict[_SinkKey, Sink] = {}
         self._lock = threading.Lock()
+        self.presets = presets or PresetStore()
+        self._switch_lock = threading.Lock()  # one switch at a time, whoever asks
+        self._active: tuple[str, tuple[Any, ...]] | None = None
+        self._photos: dict[tuple[str, int, int], LoadedImage] = {}
+        self._swap = True
+        self._control: ControlServer | None = None
+        self._revision = 0
 
     # -- state ----------------------------------------------------------------------------------
     @property
@@ -218,6 +253,7 @@ class Session:
         """
         self.check_outputs(source_face=image)
         self._source_face, self._face, self._face_index = image, face, face_index
+        self._revision += 1
         runner = self._runner
         if runner is not None:
             runner.apply(source_face=image, face=face, face_index=face_index)
@@ -254,7 +290,7 @@ class Session:
         self.check_outputs()
         self._check_reference(self._config)
         if self._engine is None:
-            self._engine = self._engine_factory(self._config)
+            self._engine = self._engine_factory(for_engine(self._config))
         if self._source_face is not None:
             self._engine.set_source(self._source_face, self._face_index, self._face)
         if self._reference is not None:
@@ -303,7 +339,8 @@ class Session:
                 would overwrite an input (OutputIsInputError), or the reference selector has no
                 reference photo (ConfigError).
         """
-        with self._lock:
+        # a switch made while stopped works on the prepared engine: not while a runner takes it
+        with self._switch_lock, self._lock:
             if self._runner is not None:
                 return
             self.check_outputs()
@@ -312,12 +349,14 @@ class Session:
             self._sync_sinks()
             engine, factory = (self._engine, None) if self._engine is not None else \
                 (None, self._engine_factory)
+            # the factory goes along with a prepared engine: a preset may change the models
             runner = LiveRunner(engine, source, list(self._sinks.values()), self._config,
                                 source_face=self._source_face, face_index=self._face_index,
                                 face=self._face, on_status=self._status, metrics=self.metrics,
-                                factory=factory,
+                                factory=factory or self._engine_factory,
                                 max_open_attempts=self._config.capture.max_open_attempts,
                                 reference=self._reference)
+            runner.swap = self._swap
             runner.start()
             self._runner = runner
 
@@ -350,11 +389,13 @@ class Session:
             return
         if config.cache != old.cache:
             engine.set_cache(config.cache)
-        if config.engine != old.engine and not engine.apply(config.engine):
+        if config.effective_engine() != old.effective_engine() and \
+                not engine.apply(config.effective_engine()):
             self._engine = None
 
     def apply(self, config: AppConfig) -> None:
-        """Take new settings (see the module docstring for what each change does).
+        """Take new settings (see the module docstring for what each change does; a change of
+        ``control`` serves the control API anew when it is enabled, or stops it).
 
         Raises:
             ConfigError: invalid settings, or the reference selector without a reference photo
@@ -368,20 +409,24 @@ class Session:
             self._check_reference(config)
         with self._lock:
             old, self._config = self._config, config
+            self._revision += 1
             runner = self._runner
             if runner is None:
                 self._update_prepared(old, config)
-                return
-            if config.capture != old.capture:
+            elif config.capture != old.capture:
                 runner.replace_source(self._source_factory(config.capture),
                                       config.capture.max_open_attempts)
-            runner.apply(config)
-            if config.output != old.output or config.capture != old.capture:
+            if runner is not None:
+                runner.apply(config)
+            if runner is not None and (config.output != old.output or
+                                       config.capture != old.capture):
                 removed = self._sync_sinks()
                 runner.set_sinks(list(self._sinks.values()))
             else:
                 removed = []
-        if removed:
+        if config.control != old.control:  # outside the lock: request threads take it
+            self._sync_control()
+        if removed and runner is not None:
             def close_when_let_go() -> None:
                 runner.sinks_taken(2.0)
                 for sink in removed:
@@ -391,5 +436,375 @@ class Session:
             threading.Thread(target=close_when_let_go, name="livefuse-sink-close",
                              daemon=True).start()
 
+    # -- on stream: presets, swap, guard, control API ------------------------------------------
+    def _preset_key(self) -> tuple[Any, ...]:
+        """What a preset pins: the engine, cache and guard settings and the source face."""
+        cfg, image = self._config, self._source_face
+        return (cfg.engine, cfg.cache, cfg.guard, None if image is None else str(image.path),
+                self._face_index, self.source_face_box)
 
-__all__ = ["Session", "build_source"]
+    @property
+    def active_preset(self) -> str | None:
+        """The preset last switched to or saved, or ``None``."""
+        active = self._active
+        return None if active is None else active[0]
+
+    @property
+    def preset_modified(self) -> bool:
+        """Whether a setting or the source face changed since :attr:`active_preset` was
+        switched to or saved (the app marks the preset, a Stream Deck key may too)."""
+        active = self._active
+        return active is not None and active[1] != self._preset_key()
+
+    @property
+    def revision(self) -> int:
+        """Grows at every change of settings, source face, preset (saved, renamed, deleted,
+        switched) or swap, whoever made it (the app, the control API): a view compares it on
+        its timer and reads :attr:`config`, :attr:`active_preset`, :attr:`source_path`,
+        :attr:`source_face_box` and :attr:`swap_on` again when it moved."""
+        return self._revision
+
+    @property
+    def source_face_box(self) -> tuple[float, ...] | None:
+        """The chosen face's box in the source photo (x1, y1, x2, y2) when one was given (the
+        app's picker, a preset), else ``None``."""
+        face = self._face
+        return None if face is None else tuple(round(float(v), 1) for v in face.bbox)
+
+    @property
+    def source_face_index(self) -> int | None:
+        """The chosen face's index (left to right) when one was given, else ``None``."""
+        return self._face_index
+
+    @property
+    def source_path(self) -> Path | None:
+        """The source face photo in use, or ``None``."""
+        image = self._source_face
+        return None if image is None else Path(image.path)
+
+    def _engine_when_stopped(self, config: AppConfig) -> tuple[EngineLike, bool]:
+        """The prepared engine made ready for ``config`` (built when there is none or the
+        models change): ``(engine, built)``. A failure leaves the session as it was."""
+        engine = self._engine
+        if engine is not None:
+            if config.cache != self._config.cache:
+                engine.set_cache(config.cache)
+            if engine.apply(config.effective_engine()):
+                return engine, False
+        return self._engine_factory(for_engine(config)), True
+
+    def _switch(self, config: AppConfig | None, image: LoadedImage, face_index: int | None,
+                face: Face | None, timeout: float) -> Face:
+        """Take a new source face (and settings) all or nothing: on any error the session
+        keeps what it had. See :meth:`switch_preset`."""
+        with self._switch_lock:
+            with self._lock:
+                runner = self._runner
+                old = self._config
+            target = config if config is not None else old
+            if runner is not None:
+                future = runner.switch(config, image, face_index, face)
+                try:
+                    chosen = future.result(timeout)
+                except FutureTimeout:
+                    raise LivefuseError(
+                        f"the switch was not taken within {timeout:.0f} s (the engine is busy "
+                        "loading models?); it happens when the engine is ready") from None
+            else:
+                engine, built = self._engine_when_stopped(target)
+                try:
+                    chosen = engine.use_source(
+                        engine.prepare_source(image, face_index, face))
+                except Exception:
+                    if not built:  # settings applied in place: put the old ones back
+                        engine.set_cache(old.cache)
+                        engine.apply(old.effective_engine())
+                    raise
+                self._engine = engine
+            with self._lock:
+                self._config = target
+                self._source_face, self._face_index, self._face = image, face_index, face
+                self._revision += 1
+        return chosen
+
+    def _photo(self, path: str) -> LoadedImage:
+        """A preset's photo, decoded once while the file stays the same (path, size,
+        modification time): a switch to a preloaded preset reads no image.
+
+        Raises:
+            ImageLoadError: the photo is missing or unreadable.
+        """
+        try:
+            st = Path(path).stat()
+        except OSError:
+            return load_image(path)  # raises the clear "file not found"
+        key = (path, st.st_size, st.st_mtime_ns)
+        with self._lock:
+            image = self._photos.get(key)
+        if image is None:
+            image = load_image(path)
+            with self._lock:
+                while len(self._photos) >= _PHOTOS_KEPT:
+                    del self._photos[next(iter(self._photos))]
+                self._photos[key] = image
+        return image
+
+    def switch_preset(self, name: str, timeout: float = SWITCH_TIMEOUT_S) -> Preset:
+        """Switch to a saved preset: its source face and its engine, cache and guard settings.
+
+        Running, the switch happens at a frame boundary, all or nothing: the source face is
+        prepared first (a photo prepared before, e.g. by :meth:`preload_presets`, costs no
+        detection), then the next frame is swapped with the new face and settings; the camera
+        and the virtual camera stay open. When the models stay the same the switch takes at
+        most one frame; a change of models rebuilds the engine at once. Stopped, the session's
+        engine is made ready (built if needed) and checked the same way.
+
+        Any thread (one switch at a time); returns when the switch was taken.
+
+        Raises:
+            PresetNotFoundError: no such preset.
+            PresetError: the preset's file is bad, its photo is gone or unreadable, or it shows
+                no usable face; the session keeps its current preset.
+            LivefuseError: the switch was not taken within ``timeout`` s.
+        """
+        preset = self.presets.load(name)
+        keeps = self.active_preset
+        tail = f"; the stream keeps preset '{keeps}'" if keeps else \
+            "; the stream keeps its source face"
+        try:
+            image = self._photo(preset.source.path)
+            self._switch(preset.applied_to(self._config), image, preset.source.face_index,
+                         preset.source.face(), timeout)
+        except PresetError:
+            raise
+        except LivefuseError as exc:
+            raise PresetError(preset.name, f"refused: {exc}{tail}") from None
+        with self._lock:
+            self._active = (preset.name, self._preset_key())
+            self._revision += 1
+        self._status(f"preset: {preset.name}")
+        return preset
+
+    def set_source_checked(self, image: LoadedImage, face_index: int | None = None,
+                           face: Face | None = None, timeout: float = SWITCH_TIMEOUT_S) -> Face:
+        """Like :meth:`set_source_face`, but all or nothing and synchronous: the face is found
+        first, and a photo without a usable face raises while the stream keeps its face
+        (the control API's ``POST /source``).
+
+        Raises:
+            NoFaceError / FaceIndexError / FaceTooSmallError: no usable face; nothing changed.
+        """
+        return self._switch(None, image, face_index, face, timeout)
+
+    def set_source_path(self, path: str | Path, face_index: int | None = None,
+                        timeout: float = SWITCH_TIMEOUT_S) -> Face:
+        """Use the photo at ``path`` as the source (the control API's ``POST /source``), all or
+        nothing (:meth:`set_source_checked`).
+
+        Raises:
+            ImageLoadError: the photo is missing or unreadable.
+            NoFaceError / FaceIndexError / FaceTooSmallError: no usable face.
+            In every case the stream keeps its source face.
+        """
+        return self.set_source_checked(load_image(Path(path).expanduser()), face_index,
+                                       timeout=timeout)
+
+    def preload_presets(self, timeout: float = SWITCH_TIMEOUT_S) -> dict[str, str | None]:
+        """Prepare every preset's source face that the current engine can take (same models),
+        so that switching to it costs no detection. Stopped (after :meth:`prepare`), it runs
+        here; running, one preset per frame boundary (each such frame waits for its
+        detection: call it before :meth:`start` where you can).
+
+        Returns:
+            Per preset, ``None`` when ready, else why not (photo gone, no face, other models).
+        """
+        out: dict[str, str | None] = {}
+        for item in self.presets.list():
+            if isinstance(item, PresetError):
+                out[item.name] = item.problem
+                continue
+            from livefuse.config import MODEL_RELOAD_FIELDS
+
+            if any(getattr(item.engine, f) != getattr(self._config.engine, f)
+                   for f in MODEL_RELOAD_FIELDS):
+                out[item.name] = "other models: prepared when switched to"
+                continue
+            try:
+                image = self._photo(item.source.path)
+                runner, engine = self._runner, self._engine
+                if runner is not None:
+                    runner.preload(image, item.source.face_index,
+                                   item.source.face()).result(timeout)
+                elif engine is not None:
+                    engine.prepare_source(image, item.source.face_index, item.source.face())
+                else:
+                    out[item.name] = "no engine yet (call prepare first)"
+                    continue
+                out[item.name] = None
+            except (LivefuseError, FutureTimeout) as exc:
+                out[item.name] = str(exc) or "timed out"
+        return out
+
+    def save_preset(self, name: str, overwrite: bool = True) -> Preset:
+        """Save the current source face and engine, cache and guard settings as a preset,
+        which becomes the active one.
+
+        Raises:
+            PresetError: no source face yet, an invalid name, the name is taken (with
+                ``overwrite`` off).
+        """
+        image = self._source_face
+        if image is None:
+            raise PresetError(name, "choose a source face photo first")
+        source = PresetSource(path=str(image.path), face_index=self._face_index,
+                              face_box=self.source_face_box or ())
+        preset = Preset.of(name, self._config, source)
+        path = self.presets.save(preset, overwrite=overwrite)
+        preset = dataclasses.replace(preset, name=path.stem)
+        with self._lock:
+            self._active = (preset.name, self._preset_key())
+            self._revision += 1
+        return preset
+
+    def rename_preset(self, old: str, new: str) -> str:
+        """Rename a preset (see :meth:`PresetStore.rename`); the active one follows."""
+        name = self.presets.rename(old, new)
+        with self._lock:
+            if self._active is not None and self._active[0].casefold() == old.casefold():
+                self._active = (name, self._active[1])
+            self._revision += 1
+        return name
+
+    def delete_preset(self, name: str) -> None:
+        """Delete a preset (see :meth:`PresetStore.delete`); the stream keeps running as it
+        is."""
+        self.presets.delete(name)
+        with self._lock:
+            if self._active is not None and self._active[0].casefold() == name.casefold():
+                self._active = None
+            self._revision += 1
+
+    @property
+    def swap_on(self) -> bool:
+        return self._swap
+
+    def set_swap(self, on: bool) -> None:
+        """Swap faces (``True``) or pass frames as they are (``False``; with the privacy guard
+        on, every face is then hidden). Taken at the next frame."""
+        self._swap = bool(on)
+        with self._lock:
+            self._revision += 1
+        runner = self._runner
+        if runner is not None:
+            runner.swap = self._swap
+
+    def set_guard(self, mode: GuardMode, hold_frames: int | None = None) -> None:
+        """Set the privacy guard (``off``, ``blur``, ``hold``), from the next frame on.
+
+        Raises:
+            ConfigError: an unknown mode or ``hold_frames`` out of range.
+        """
+        guard = dataclasses.replace(self._config.guard, mode=mode)
+        if hold_frames is not None:
+            guard = dataclasses.replace(guard, hold_frames=hold_frames)
+        self.apply(dataclasses.replace(self._config, guard=guard.validate()))
+
+    def status(self) -> dict[str, Any]:
+        """The session's state as JSON-ready values (``GET /status``): frame rates, latency,
+        drops, the preset, engine, precision, swap and privacy guard."""
+        snap = self.metrics.snapshot()
+        cfg = self._config
+        runner = self._runner
+        guard = runner.guard.state if runner is not None else None
+
+        def r(v: float | None) -> float | None:
+            return None if v is None else round(v, 2)
+
+        return {
+            "running": self.running,
+            "fps": {"input": r(snap.input_fps), "processed": r(snap.processed_fps),
+                    "output": r(snap.output_fps)},
+            "latency_ms": {"p50": r(snap.latency_p50_ms), "p95": r(snap.latency_p95_ms)},
+            "frames": {"in": snap.frames_in, "processed": snap.frames_processed,
+                       "out": snap.frames_out},
+            "dropped": dict(snap.dropped), "dropped_total": sum(snap.dropped.values()),
+            "preset": self.active_preset, "preset_modified": self.preset_modified,
+            "source": None if self.source_path is None else str(self.source_path),
+            "swap": self._swap,
+            "engine": cfg.engine.engine, "precision": self.precision_in_use,
+            "detect_every": cfg.effective_engine().detect_every,
+            "guard": {"mode": cfg.guard.mode, "hold_frames": cfg.guard.hold_frames,
+                      "active": guard is not None and guard.active,
+                      "action": "none" if guard is None else guard.action,
+                      "regions": 0 if guard is None else guard.regions,
+                      "lost": 0 if guard is None else guard.lost,
+                      "frames_blurred": snap.guard.frames_blurred,
+                      "frames_held": snap.guard.frames_held,
+                      "line": f"guard {cfg.guard.mode}" if guard is None else guard.line()},
+            "cache": {"enabled": cfg.cache.enabled, "hits": snap.cache_hits,
+                      "misses": snap.cache_misses},
+            "precision_fallbacks": snap.precision_fallbacks,
+            "vram_mib": r(snap.vram_process_mib),
+            "statuses": self.statuses[-5:],
+        }
+
+    def presets_info(self) -> dict[str, Any]:
+        """The presets as JSON-ready values (``GET /presets``): name, photo, engine, guard, and
+        for a preset that cannot be read, its error."""
+        items: list[dict[str, Any]] = []
+        for item in self.presets.list():
+            if isinstance(item, PresetError):
+                items.append({"name": item.name, "error": item.problem})
+            else:
+                items.append({"name": item.name, "source": item.source.path,
+                              "engine": item.engine.engine,
+                              "face_selector": item.engine.face_selector,
+                              "guard": item.guard.mode, "cache": item.cache.enabled,
+                              "enhancer": item.engine.enhancer})
+        return {"presets": items, "active": self.active_preset,
+                "modified": self.preset_modified}
+
+    @property
+    def control(self) -> ControlServer | None:
+        """The control API server while it serves, else ``None``."""
+        return self._control
+
+    def open_control(self, token: str | None = None) -> ControlServer:
+        """Serve the local control API as ``config.control`` says (address, port), until
+        :meth:`close_control` (:meth:`stop` leaves it serving: a Stream Deck may start a
+        stopped stream's preset). Idempotent.
+
+        Args:
+            token: the bearer token; by default the one stored 0600 in the config folder
+                (made on first use, :func:`livefuse.control.load_or_create_token`).
+
+        Raises:
+            LivefuseError: the port is taken or the address cannot be bound.
+        """
+        from livefuse.control import ControlServer, load_or_create_token
+
+        if self._control is not None:
+            return self._control
+        cfg = self._config.control
+        server = ControlServer(self, token or load_or_create_token(), cfg.host, cfg.port,
+                               on_status=self._status)
+        self._control = server
+        return server
+
+    def _sync_control(self) -> None:
+        """``config.control`` changed (:meth:`apply`): serve it anew, or stop serving it."""
+        self.close_control()
+        if self._config.control.enabled:
+            try:
+                self.open_control()
+            except LivefuseError as exc:
+                self._status(f"control API off: {exc}")
+
+    def close_control(self) -> None:
+        """Stop serving the control API (requests in flight finish)."""
+        server, self._control = self._control, None
+        if server is not None:
+            server.close()
+
+
+__all__ = ["SWITCH_TIMEOUT_S", "Session", "build_source"]

@@ -134,6 +134,9 @@ class FramePacket:
         timings_ms: per-stage wall time in ms (``detect``, ``swap``, ``paste``, ...).
         detected: ``True`` when the detector ran on this frame (``False`` when tracked).
         cache_hits: how many of the swapped faces came from the pose-similarity cache.
+        unswapped: faces found in this frame and left as they are: not selected (another
+            person with ``face_selector='one'``), or selected but not rendered (mostly outside
+            the frame). The privacy guard hides them. Empty on frames that were only tracked.
     """
 
     index: int
@@ -146,3 +149,4 @@ class FramePacket:
     timings_ms: dict[str, float] = field(default_factory=dict)
     detected: bool = False
     cache_hits: int = 0
+    unswapped: list[Face] = field(default_factory=list)

@@ -112,3 +112,32 @@ def test_prometheus_endpoint_is_local() -> None:
         assert server.server_address[0] == "127.0.0.1"
     finally:
         server.shutdown()
+
+
+def test_prometheus_shows_the_guard_fallbacks_and_vram_series_everywhere() -> None:
+    """The Grafana board's series exist on every machine: VRAM is NaN without a GPU, the guard
+    and the fp16 fallbacks are there from the start."""
+    from livefuse.guard import GuardState
+
+    m = Metrics()
+    m.add_precision_fallback()
+    m.set_guard(GuardState(mode="hold", action="hold", regions=2, lost=1, frames_held=7), 0.4)
+    s = m.snapshot()
+    assert s.precision_fallbacks == 1 and s.guard.frames_held == 7 and s.stage_ms["guard"] == 0.4
+    assert "guard hold: holding the last swapped frame (1 lost)" in s.line()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = start_prometheus(m, port)
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        server.shutdown()
+    for line in ("livefuse_precision_fallbacks_total 1.0", 'livefuse_guard_mode{mode="hold"} 1.0',
+                 'livefuse_guard_mode{mode="off"} 0.0', "livefuse_guard_active 1.0",
+                 "livefuse_guard_regions 2.0", 'livefuse_guard_frames_total{action="hold"} 7.0',
+                 "livefuse_vram_total_mib NaN", "livefuse_vram_guard_mib NaN",
+                 "livefuse_vram_process_mib NaN"):
+        assert line in text, line
+    m.set_guard(GuardState(mode="off"))  # turned off: the guard's stage time goes too
+    assert "guard" not in m.snapshot(memory=False).stage_ms

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from livefuse.config import VRAM_LIMIT
 from livefuse.errors import LivefuseError
 from livefuse.precision import (
     BLACK_MAX,
@@ -43,8 +44,6 @@ NeuralBackend = Literal["torch", "onnxruntime"]
 INPUT_SIZE = 128
 """Aligned crop size of inswapper_128 (its ``target`` input is (1, 3, 128, 128))."""
 LATENT_DIM = 512
-VRAM_LIMIT = 0.85
-"""Default VRAM guard: no new session when more than this fraction of device memory is in use."""
 
 
 class NeuralSwapError(LivefuseError):

@@ -21,6 +21,7 @@ from livefuse.cache import PoseCache, pose_key
 from livefuse.config import MODEL_RELOAD_FIELDS, CacheConfig, EngineConfig
 from livefuse.errors import FaceIndexError, NoFaceError
 from livefuse.faces.analyser import Analyser
+from livefuse.faces.landmarker import Landmarker, landmarks_of
 from livefuse.faces.rotation import detect_rotated
 from livefuse.faces.selection import choose_source_face, detect_robust, select_targets
 from livefuse.faces.smoothing import FaceSmoother
@@ -71,6 +72,11 @@ class Engine:
             names (from the catalog), or none. It runs on each face right after its swap is
             pasted; with the cache on, only on cache misses (its patch is stored beside the
             swap's and re-warped with it).
+        landmarker: adds the landmarks the pose cache's key reads the mouth, the eyes and the
+            head pose from, to faces whose analyser gives only kps (run on cache-on frames);
+            for ``engine='neural'`` built from the config, the catalog's 2d106det by default
+            (:func:`livefuse.swap.neural_engine.build_landmarker`). Without one such faces are
+            never served from the cache.
 
     Raises:
         ConfigError: invalid config.
@@ -81,16 +87,21 @@ class Engine:
     def __init__(self, config: EngineConfig, analyser: Analyser | None = None,
                  cache: CacheConfig | None = None,
                  components: tuple[Analyser, Renderer] | None = None,
-                 sync_timings: bool = False, enhancer: FaceEnhancer | None = None) -> None:
+                 sync_timings: bool = False, enhancer: FaceEnhancer | None = None,
+                 landmarker: Landmarker | None = None) -> None:
         self.config = config.validate()
         self.analyser: Analyser
         self.renderer: Renderer
+        self.landmarker = landmarker
         if components is not None:
             self.analyser, self.renderer = components
         elif config.engine == "neural":
-            from livefuse.swap.neural_engine import build_neural
+            from livefuse.swap.neural_engine import build_landmarker, build_neural
 
-            self.analyser, self.renderer = build_neural(config)
+            self.analyser, renderer = build_neural(config)
+            self.renderer = renderer
+            if landmarker is None:
+                self.landmarker = build_landmarker(config, renderer)
         else:
             if analyser is None:
                 # dlib only when the classic engine is used: the neural path runs without it.
@@ -346,9 +357,14 @@ class Engine:
         # still images are not smoothed: the filter needs a sequence of frames
         t_s = None if strict else packet.t_capture_ns / 1e9
         targets, packet.detected, packet.found = self._find(staged, strict, t_s)
-        packet.faces = targets
         self._sync()
         packet.timings_ms["detect" if packet.detected else "track"] = _ms(t0)
+        if self.cache.enabled and self.landmarker is not None and targets:
+            t_lm = time.perf_counter_ns()
+            targets = landmarks_of(self.landmarker, staged, targets)
+            self._sync()
+            packet.timings_ms["landmarks"] = _ms(t_lm)
+        packet.faces = targets
 
         t1 = time.perf_counter_ns()
         swap, enh, misses, keys, packet.cache_hits = self._patches(staged, targets)

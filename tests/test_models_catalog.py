@@ -19,8 +19,8 @@ from livefuse.models import download as dl
 def test_catalog_rows_carry_the_published_sizes_and_hashes() -> None:
     by_name = {s.name: s for s in catalog.CATALOG}
     assert set(by_name) == {"inswapper_128", "inswapper_128_fp16", "det_10g", "w600k_r50",
-                            "2d106det", "xseg", "bisenet_resnet34", "gfpgan_1.4", "gfpgan_1.4_facefusion",
-                            "gpen_bfr_512"}
+                            "2d106det", "xseg", "bisenet_resnet34", "gfpgan_1.4",
+                            "gfpgan_1.4_facefusion", "gpen_bfr_512"}
     assert by_name["inswapper_128"].size == 554_253_681
     assert by_name["inswapper_128_fp16"].size == 277_680_638
     assert by_name["det_10g"].role == "detector" and by_name["det_10g"].input_size == (640, 640)

@@ -4,8 +4,9 @@ A scripted talking clip: one face, head still, on a real photo (a face of insigh
 the mouth opens and closes every few frames and the eyes blink. Landmarks are scripted (random
 weights do not see mouths): the classic engine gets dlib's 68-point fit of that face with the
 lower lip and the upper lids moved, the neural engine insightface's 106-point layout with the
-same expression, both with 0.3 px of landmark noise (0.6 % of the eye distance), through the real Engine, cache, renderer
-and (neural) the real 2d106det runner, whose answer is then replaced by the script.
+same expression, both with 0.3 px of landmark noise (0.6 % of the eye distance), through the
+real Engine, cache, renderer and (neural) the real 2d106det runner, whose answer is then
+replaced by the script.
 
 "Stale": a frame served from the cache although the mouth or eye openness moved, since the frame
 the cached swap was rendered on, by more than the threshold's reach (the openness change that
@@ -140,7 +141,7 @@ def _noisy(points: np.ndarray, i: int) -> np.ndarray:
 
 def classic_clip(scene: tuple[np.ndarray, Face], script: list[tuple[float, float]],
                  astronaut_path: Path, analyser: Any, cache: CacheConfig) -> Clip:
-    frame, face = scene
+    face = scene[1]
     assert face.landmarks is not None
     source = analyser.detect(load_image(astronaut_path).bgr)[0]
     exact = [classic_points(face.landmarks, m, e) for m, e in script]
@@ -182,7 +183,7 @@ def neural_clip(scene: tuple[np.ndarray, Face], script: list[tuple[float, float]
 
     cfg = EngineConfig(engine="neural", backend="onnxruntime", precision="fp32", device="cpu",
                        face_selector="one", smooth=False, rotation="off")
-    analyser, renderer = build_neural(cfg, paths)
+    renderer = build_neural(cfg, paths)[1]
     scripted = ScriptedFaces(faces_at)
     assert paths.landmarker is not None
     landmarker = ScriptedLandmarker(lambda i: [_noisy(exact[i], i)],
@@ -253,7 +254,7 @@ def test_a_still_silent_face_is_served_from_the_cache(kind: str, scene: tuple[np
                                                       neural_paths: NeuralPaths) -> None:
     clip = _clip(kind, still_script(), scene, astronaut_path, analyser, neural_paths)
     engine = clip[0]
-    hits, stale, _ = run(clip, scene[0])
+    stale = run(clip, scene[0])[1]
     assert stale == 0
     assert engine.cache.stats.hit_rate >= 0.7, engine.cache.stats
     if kind == "neural":

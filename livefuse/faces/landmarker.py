@@ -89,7 +89,7 @@ def input_normalisation(node_names: Sequence[str]) -> tuple[float, float]:
 
 
 def _check_output(path: Path, points2: int | None) -> None:
-    if points2 is None or points2 < 2 * COUNT or points2 % 2 or points2 >= 3000:
+    if points2 != 2 * COUNT:
         raise FaceModelError(path, f"output of {points2} values per face: not insightface's "
                              f"2-d {COUNT}-point landmark model (2d106det gives {2 * COUNT})")
 

@@ -82,6 +82,16 @@ def face_points_106(cx: float, cy: float, eye_distance: float, angle_deg: float 
     return pts.astype(np.float32)
 
 
+def points_at_kps(kps: npt.ArrayLike, mouth_gap: float = 0.0,
+                  eye_open: float = 0.32) -> npt.NDArray[np.float32]:
+    """:func:`face_points_106` placed on a face's InsightFace-order kps (its eye centres)."""
+    k = np.asarray(kps, np.float64)
+    d = k[1] - k[0]
+    centre = (k[0] + k[1]) / 2
+    return face_points_106(float(centre[0]), float(centre[1]), float(np.hypot(*d)),
+                           float(np.degrees(np.arctan2(d[1], d[0]))), mouth_gap, eye_open)
+
+
 def kps_of_106(points: npt.ArrayLike) -> npt.NDArray[np.float32]:
     """InsightFace-order kps ``(5, 2) float32`` of scripted 106 points: eye centres, the nose
     tip, the mouth corners."""
@@ -90,4 +100,4 @@ def kps_of_106(points: npt.ArrayLike) -> npt.NDArray[np.float32]:
                      p[L.MOUTH_CORNERS[0]], p[L.MOUTH_CORNERS[1]]]).astype(np.float32)
 
 
-__all__ = ["face_points_106", "kps_of_106", "unit_face_106"]
+__all__ = ["face_points_106", "kps_of_106", "points_at_kps", "unit_face_106"]

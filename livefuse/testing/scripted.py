@@ -16,6 +16,7 @@ import numpy as np
 
 from livefuse.faces.analyser import AnyFrame
 from livefuse.faces.landmarker import Landmarker
+from livefuse.testing.face_points import points_at_kps
 from livefuse.types import Face, FloatArray, Frame
 
 FacesAt = Callable[[int], list[Face]]
@@ -42,11 +43,11 @@ class ScriptedFaces:
 
 
 class ScriptedLandmarker:
-    """Gives each face the 106 landmarks ``points_at(index)[i]`` (faces in order); runs
-    ``inner`` first when given (a real landmarker, for its cost). Set :attr:`index` before
-    each frame."""
+    """Gives each face the 106 landmarks ``points_at(index)[i]`` (faces in order), or with
+    ``points_at=None`` a still, neutral face on each face's kps; runs ``inner`` first when given
+    (a real landmarker, for its cost). Set :attr:`index` before each frame."""
 
-    def __init__(self, points_at: Callable[[int], list[Any]],
+    def __init__(self, points_at: Callable[[int], list[Any]] | None,
                  inner: Landmarker | None = None) -> None:
         self.points_at, self.inner, self.index = points_at, inner, 0
         self.calls = 0
@@ -55,7 +56,8 @@ class ScriptedLandmarker:
         self.calls += 1
         if self.inner is not None:
             self.inner.landmarks(frame, faces)
-        pts = self.points_at(self.index)
+        pts = [points_at_kps(f.kps) for f in faces] if self.points_at is None else \
+            self.points_at(self.index)
         return [replace(f, landmarks_106=np.asarray(pts[i], np.float32))
                 for i, f in enumerate(faces)]
 

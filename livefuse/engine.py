@@ -324,7 +324,9 @@ class Engine:
 
         Args:
             frame: ``(H, W, 3) uint8 BGR`` (or the same staged by :meth:`stage`); not modified
-                unless ``in_place``.
+                unless ``in_place``. On the GPU path a staged frame without a device copy on
+                this engine's device (e.g. captured while the engine was rebuilt) is staged
+                here.
             index: frame number, carried into the packet.
             t_capture_ns: capture time (``time.perf_counter_ns``); now when omitted.
             strict: raise :class:`FaceIndexError` when ``target_face_index`` does not exist in this
@@ -340,12 +342,28 @@ class Engine:
         """
         if self._source is None:
             raise RuntimeError("Engine.process called before set_source")
-        staged = frame if isinstance(frame, StagedFrame) else self.stage(frame)
+        given: StagedFrame | None = None
+        if not isinstance(frame, StagedFrame):
+            staged = self.stage(frame)
+        elif self.stager is not None and not self._staged_here(frame):
+            # staged by no stager (captured while the engine was being rebuilt) or by another
+            # engine's on another device: upload it now, from its host copy
+            staged, given = self.stage(frame.host), frame
+        else:
+            staged = frame
         try:
             return self._process(staged, index, t_capture_ns, strict, in_place)
         finally:
-            if staged.release is not None:
-                staged.release()
+            for done in (staged, given):
+                if done is not None and done.release is not None:
+                    done.release()
+
+    def _staged_here(self, frame: StagedFrame) -> bool:
+        """Whether ``frame`` has a device copy on this engine's device."""
+        if frame.device is None:
+            return False
+        want, got = self.stager.device, frame.device.device
+        return bool(got.type == want.type and (want.index is None or got.index == want.index))
 
     def _process(self, staged: StagedFrame, index: int, t_capture_ns: int | None, strict: bool,
                  in_place: bool) -> FramePacket:

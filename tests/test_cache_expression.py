@@ -22,19 +22,9 @@ from livefuse.config import CacheConfig, EngineConfig
 from livefuse.faces.landmarker import OrtLandmarker
 from livefuse.imaging import load_image
 from livefuse.swap.neural_engine import NeuralPaths, build_neural
+from livefuse.testing import talking as T
 from livefuse.testing.replica_landmark import build_landmark106_replica
 from livefuse.testing.synthetic import build_synthetic_inswapper
-from livefuse.testing.talking import (
-    Clip,
-    Script,
-    classic_clip,
-    neural_clip,
-    reach,
-    run_clip,
-    scene,
-    still_script,
-    talking_script,
-)
 from livefuse.types import Face
 
 THRESHOLD = 0.8  # the default
@@ -43,7 +33,7 @@ ENGINES = ["classic", "neural"]
 
 @pytest.fixture(scope="module")
 def t1_scene(analyser: Any, t1_path: Path) -> tuple[np.ndarray, Face]:
-    return scene(load_image(t1_path).bgr, analyser)
+    return T.scene(load_image(t1_path).bgr, analyser)
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +50,14 @@ def neural_paths(tmp_path_factory: pytest.TempPathFactory) -> NeuralPaths:
                        landmarker=build_landmark106_replica(d / "2d106det.onnx"))
 
 
-def _clip(kind: str, script: Script, t1_scene: tuple[np.ndarray, Face],
-          source: tuple[np.ndarray, Face], paths: NeuralPaths, landmarks: bool = True) -> Clip:
+def _clip(kind: str, script: T.Script, t1_scene: tuple[np.ndarray, Face],
+          source: tuple[np.ndarray, Face], paths: NeuralPaths, landmarks: bool = True) -> T.Clip:
     cache = CacheConfig(enabled=True, threshold=THRESHOLD, refresh_every_n=5)
     if kind == "classic":
-        return classic_clip(t1_scene, script, source, cache)
+        return T.classic_clip(t1_scene, script, source, cache)
     cfg = EngineConfig(engine="neural", backend="onnxruntime", precision="fp32", device="cpu")
     assert paths.landmarker is not None
-    return neural_clip(t1_scene, script, build_neural(cfg, paths)[1],
+    return T.neural_clip(t1_scene, script, build_neural(cfg, paths)[1],
                        OrtLandmarker(paths.landmarker) if landmarks else None, cache)
 
 
@@ -75,8 +65,8 @@ def _clip(kind: str, script: Script, t1_scene: tuple[np.ndarray, Face],
 def test_a_talking_face_is_never_served_stale(kind: str, t1_scene: tuple[np.ndarray, Face],
                                              source: tuple[np.ndarray, Face],
                                              neural_paths: NeuralPaths) -> None:
-    r = run_clip(_clip(kind, talking_script(), t1_scene, source, neural_paths),
-                 reach(THRESHOLD))
+    r = T.run_clip(_clip(kind, T.talking_script(), t1_scene, source, neural_paths),
+                 T.reach(THRESHOLD))
     assert r.must_miss >= 30  # the script really moves the mouth and the eyes
     assert r.stale == 0, f"{r.stale} stale frames of {r.hits} hits"
     assert r.hits >= 10  # and small moves are still served from the cache
@@ -87,8 +77,8 @@ def test_a_still_silent_face_is_served_from_the_cache(kind: str,
                                                       t1_scene: tuple[np.ndarray, Face],
                                                       source: tuple[np.ndarray, Face],
                                                       neural_paths: NeuralPaths) -> None:
-    clip = _clip(kind, still_script(), t1_scene, source, neural_paths)
-    r = run_clip(clip, reach(THRESHOLD))
+    clip = _clip(kind, T.still_script(), t1_scene, source, neural_paths)
+    r = T.run_clip(clip, T.reach(THRESHOLD))
     assert r.stale == 0
     assert clip.engine.cache.stats.hit_rate >= 0.7, clip.engine.cache.stats
     if kind == "neural":  # the landmarker ran on every frame
@@ -99,6 +89,6 @@ def test_a_neural_face_without_landmarks_is_never_reused(t1_scene: tuple[np.ndar
                                                          source: tuple[np.ndarray, Face],
                                                          neural_paths: NeuralPaths) -> None:
     """5 kps show no mouth: such a face is rendered afresh every frame, never guessed at."""
-    clip = _clip("neural", still_script(20), t1_scene, source, neural_paths, landmarks=False)
-    assert run_clip(clip, reach(THRESHOLD)).hits == 0
+    clip = _clip("neural", T.still_script(20), t1_scene, source, neural_paths, landmarks=False)
+    assert T.run_clip(clip, T.reach(THRESHOLD)).hits == 0
     assert clip.engine.cache.stats.misses == 20

@@ -169,7 +169,8 @@ class TorchLandmarker:
     def __init__(self, path: str | Path, device: str = "cpu", precision: str = "fp32") -> None:
         import torch
 
-        from livefuse.models.onnx_torch import OnnxModelError, OnnxModule, precision_dtype
+        from livefuse.faces.arcface_torch import open_image_net
+        from livefuse.models.onnx_torch import OnnxModelError, precision_dtype
 
         self.path = Path(path)
         self.device = torch.device(device)
@@ -177,15 +178,7 @@ class TorchLandmarker:
         self.dtype = precision_dtype(precision)
         if not self.path.is_file():
             raise FaceModelError(self.path, "no such file (run `livefuse models fetch NAME`)")
-        try:
-            net = OnnxModule(self.path)
-        except OnnxModelError as exc:
-            raise FaceModelError(self.path, exc.problem) from exc
-        if len(net.input_names) != 1 or len(net.output_names) != 1:
-            raise FaceModelError(self.path, f"{len(net.input_names)} inputs and "
-                                 f"{len(net.output_names)} outputs: not a landmark model")
-        shape = net.input_shapes[0]
-        side = shape[2] if len(shape) == 4 and isinstance(shape[2], int) and shape[2] else None
+        net, side = open_image_net(self.path, "a landmark model")
         self.input_size = int(side or INPUT_SIZE)
         self.input_mean, self.input_std = input_normalisation(net.node_names)
         try:

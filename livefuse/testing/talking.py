@@ -212,10 +212,14 @@ def neural_clip(scene_: tuple[Frame, Face], script: Script, renderer: Any,
 
 @dataclass(frozen=True)
 class ClipResult:
+    """Hits, stale hits, frames whose openness moved past the reach (they must miss), frames,
+    and the landmark stage's median ms per frame (0 when it did not run)."""
+
     hits: int
     stale: int
     must_miss: int
     frames: int
+    landmarks_ms: float = 0.0
 
     @property
     def hit_rate(self) -> float:
@@ -227,9 +231,12 @@ def run_clip(clip: Clip, stale_reach: float) -> ClipResult:
     swap was rendered on is stale."""
     hits = stale = must_miss = 0
     cached = 0
+    lm_ms: list[float] = []
     for i in range(len(clip.truth)):
         clip.at(i)
         packet = clip.engine.process(clip.frame.copy(), i, t_capture_ns=i * 33_333_333)
+        if "landmarks" in packet.timings_ms:
+            lm_ms.append(packet.timings_ms["landmarks"])
         if packet.swapped != 1:
             raise AssertionError(f"frame {i}: {packet.swapped} faces swapped")
         moved = max(abs(a - b) for a, b in zip(clip.truth[i], clip.truth[cached], strict=True))
@@ -239,7 +246,8 @@ def run_clip(clip: Clip, stale_reach: float) -> ClipResult:
             stale += moved > stale_reach
         else:
             cached = i
-    return ClipResult(hits, stale, must_miss, len(clip.truth))
+    return ClipResult(hits, stale, must_miss, len(clip.truth),
+                      float(np.median(lm_ms)) if lm_ms else 0.0)
 
 
 __all__ = ["OPEN_EYE", "Clip", "ClipResult", "classic_clip", "neural_clip", "reach", "run_clip",

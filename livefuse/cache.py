@@ -156,8 +156,9 @@ def pose_key(frame: Frame, face: Face) -> PoseKey:
     crop = frame[y0:y1, x0:x1]
     colour = np.array(cv2.mean(crop)[:3] if crop.size else (0, 0, 0), np.float32)
     lm = face.landmarks
-    if lm is None and face.landmarks_106 is not None:
-        return _key_106(face.landmarks_106, face.kps, (w, h), colour)
+    lm106 = face.landmarks_106
+    if lm is None and lm106 is not None and np.isfinite(lm106).all():
+        return _key_106(lm106, face.kps, (w, h), colour)
     if lm is None:
         shape = _normalise(face.kps, face.kps[0], face.kps[1])
         return PoseKey(shape, 0.0, 0.0, 0.0, 0.0, 0.0, colour, sees_expression=False)
@@ -175,7 +176,8 @@ def pose_key(frame: Frame, face: Face) -> PoseKey:
 def similarity(a: PoseKey, b: PoseKey) -> float:
     """Similarity of two keys in 0..1 (1 = identical): ``exp(-0.5 * sum((d_i / sigma_i)^2))``.
 
-    Components and tolerances: the module constants ``*_SIGMA``. Roll does not count.
+    Components and tolerances: the module constants ``*_SIGMA``. Roll does not count. A key
+    with a non-finite component (e.g. NaN landmarks) matches nothing: 0.
     """
     if a.shape.shape != b.shape.shape:
         return 0.0
@@ -186,7 +188,7 @@ def similarity(a: PoseKey, b: PoseKey) -> float:
          + ((a.mouth_open - b.mouth_open) / OPENNESS_SIGMA) ** 2
          + ((a.eye_open - b.eye_open) / OPENNESS_SIGMA) ** 2
          + (_dist(a.colour, b.colour) / COLOUR_SIGMA) ** 2)
-    return math.exp(-0.5 * z)
+    return math.exp(-0.5 * z) if math.isfinite(z) else 0.0  # a broken key never matches
 
 
 @dataclass

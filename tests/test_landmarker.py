@@ -4,6 +4,7 @@ differentially, on a random-weight replica of the released architecture and real
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +239,38 @@ def test_crop_matches_warp_affine_on_a_real_photo(photo_faces: tuple[np.ndarray,
     got = warp_crops(torch.from_numpy(img), torch.from_numpy(m[None].astype(np.float32)), 192)
     diff = np.abs(got[0].permute(1, 2, 0).numpy() - ref.astype(np.float32))
     assert diff.mean() < 0.5 and diff.max() <= 8
+
+
+def test_non_finite_landmarks_fall_back_to_fp32(replica: Path,
+                                                photo_faces: tuple[np.ndarray, list[Face]]
+                                                ) -> None:
+    """A reduced-precision overflow never reaches the cache key: the batch is run again in
+    fp32 and the landmarker stays there."""
+    img, faces = photo_faces
+    lm = TorchLandmarker(replica, "cpu", "bf16")
+    real = lm.net.forward
+
+    def overflowing(x: torch.Tensor) -> Any:
+        out = real(x)
+        return [o.fill_(float("nan")) for o in out] if x.dtype == torch.bfloat16 else out
+
+    lm.net.forward = overflowing  # type: ignore[method-assign]
+    got = lm.landmarks(img, faces[:2])
+    assert lm.precision == "fp32 (fallback)" and lm.dtype == torch.float32
+    assert all(np.isfinite(f.landmarks_106).all() for f in got)  # type: ignore[arg-type]
+    ref = _insightface(replica, img, faces[:2])
+    assert np.abs(np.stack([f.landmarks_106 for f in got]) - ref).max() < 0.1  # type: ignore[misc]
+
+
+def test_a_broken_key_never_hits() -> None:
+    frame = np.full((480, 640, 3), 128, np.uint8)
+    pts = face_points_106(300, 200, 80)
+    good = pose_key(frame, _face(pts))
+    nan = pts.copy()
+    nan[60] = np.nan
+    broken = pose_key(frame, Face(bbox=_face(pts).bbox, kps=kps_of_106(pts), landmarks_106=nan))
+    assert not broken.sees_expression  # read as a face without landmarks: never reused
+    assert similarity(good, broken) == 0.0
+    # and a key whose numbers are broken matches nothing, itself included
+    bad = replace(good, mouth_open=float("nan"))
+    assert similarity(bad, bad) == 0.0 and similarity(good, bad) == 0.0

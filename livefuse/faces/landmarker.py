@@ -207,8 +207,19 @@ class TorchLandmarker:
             frame_t = self._frame_tensor(frame)
             m = torch.from_numpy(affines.astype(np.float32)).to(frame_t.device)
             crops = warp_crops(frame_t, m, self.input_size)  # RGB, whole levels, like warpAffine
-            x = ((crops - self.input_mean) / self.input_std).to(self.dtype)
-            pred = self.net(x)[0].float().cpu().numpy()  # the one read-back of the frame
+            x = (crops - self.input_mean) / self.input_std
+            pred = self.net(x.to(self.dtype))[0].float().cpu().numpy()  # the one read-back
+            if not np.isfinite(pred).all() and self.dtype != torch.float32:
+                # the precision guard: a reduced-precision overflow is undone in fp32, and the
+                # landmarker stays there (as the swapper does)
+                log.warning("2d106det gave non-finite landmarks in %s: fp32 from now on",
+                            self.precision)
+                from livefuse.models.onnx_torch import OnnxModule
+
+                # from the file: the reduced-precision copy has lost the weights' low bits
+                self.net = OnnxModule(self.path).to(self.device, torch.float32).eval()
+                self.dtype, self.precision = torch.float32, "fp32 (fallback)"
+                pred = self.net(x)[0].float().cpu().numpy()
         return _with_landmarks(faces, decode(pred, affines, self.input_size))
 
 

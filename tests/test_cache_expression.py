@@ -92,3 +92,15 @@ def test_a_neural_face_without_landmarks_is_never_reused(t1_scene: tuple[np.ndar
     clip = _clip("neural", T.still_script(20), t1_scene, source, neural_paths, landmarks=False)
     assert T.run_clip(clip, T.reach(THRESHOLD)).hits == 0
     assert clip.engine.cache.stats.misses == 20
+
+
+def test_the_classic_key_reads_real_mouths(t1_path: Path, analyser: Any) -> None:
+    """Real pixels, no script: on t1.jpg dlib's fit puts the one wide-open smile (teeth
+    showing, face 3) well above the closed mouths (faces 0 and 2) in the key's mouth_open."""
+    from livefuse.cache import pose_key
+
+    photo = load_image(t1_path).bgr
+    keys = [pose_key(photo, f) for f in analyser.detect(photo)]
+    assert keys[3].mouth_open > 0.18
+    assert max(keys[0].mouth_open, keys[2].mouth_open) < 0.09
+    assert keys[3].mouth_open - max(keys[0].mouth_open, keys[2].mouth_open) > T.reach(THRESHOLD)

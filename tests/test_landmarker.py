@@ -115,6 +115,18 @@ def test_a_batched_export_gives_the_same_landmarks(replica: Path, tmp_path: Path
     assert np.abs(a - b).max() < 1e-3
 
 
+def test_a_graph_that_runs_one_image_at_a_time_gets_faces_one_by_one(
+        tmp_path: Path, photo_faces: tuple[np.ndarray, list[Face]]) -> None:
+    """An export whose Reshape fixes the batch at 1 (the released file's internals are not
+    published): the torch runner sees that when it plans a batch of 2 and runs faces singly."""
+    img, faces = photo_faces
+    fixed = build_landmark106_replica(tmp_path / "fixed.onnx", fixed_reshape=True)
+    runner = TorchLandmarker(fixed)
+    assert not runner.batched and TorchLandmarker(landmark_replica()).batched
+    got = np.stack([f.landmarks_106 for f in runner.landmarks(img, faces[:3])])  # type: ignore[misc]
+    assert np.abs(got - _insightface(fixed, img, faces[:3])).max() < 0.1
+
+
 def test_input_normalisation_is_insightfaces_test(replica: Path, tmp_path: Path) -> None:
     """A graph without in-graph normalisation is fed (x - 127.5) / 128, as insightface does."""
     proto = onnx.load(str(replica))

@@ -154,7 +154,8 @@ class OrtLandmarker:
 
 class TorchLandmarker:
     """The 106-point landmarker in PyTorch on the device that holds the frame: every face's crop
-    in one ``grid_sample`` of the staged frame, one network run, one read-back of ``(N, 212)``.
+    in one ``grid_sample`` of the staged frame, one network run (one per face when the export
+    fixes its batch at 1 inside the graph), one read-back of ``(N, 212)``.
 
     Args:
         path: the ``2d106det.onnx`` file, run by :class:`~livefuse.models.onnx_torch.OnnxModule`.
@@ -186,6 +187,11 @@ class TorchLandmarker:
         except OnnxModelError as exc:
             raise FaceModelError(self.path, exc.problem) from exc
         _check_output(self.path, int(out[1]) if len(out) == 2 else None)
+        s = self.input_size
+        try:  # an export may fix its batch of 1 in a Reshape: then faces go one at a time
+            self.batched = net.output_shapes((2, 3, s, s))[0] == (2, 2 * COUNT)
+        except OnnxModelError:
+            self.batched = False
         self.net = net.to(self.device, self.dtype).eval()
 
     def _frame_tensor(self, frame: AnyFrame) -> Any:
@@ -208,7 +214,7 @@ class TorchLandmarker:
             m = torch.from_numpy(affines.astype(np.float32)).to(frame_t.device)
             crops = warp_crops(frame_t, m, self.input_size)  # RGB, whole levels, like warpAffine
             x = (crops - self.input_mean) / self.input_std
-            pred = self.net(x.to(self.dtype))[0].float().cpu().numpy()  # the one read-back
+            pred = self._run(x.to(self.dtype)).float().cpu().numpy()  # the one read-back
             if not np.isfinite(pred).all() and self.dtype != torch.float32:
                 # the precision guard: a reduced-precision overflow is undone in fp32, and the
                 # landmarker stays there (as the swapper does)
@@ -219,8 +225,15 @@ class TorchLandmarker:
                 # from the file: the reduced-precision copy has lost the weights' low bits
                 self.net = OnnxModule(self.path).to(self.device, torch.float32).eval()
                 self.dtype, self.precision = torch.float32, "fp32 (fallback)"
-                pred = self.net(x)[0].float().cpu().numpy()
+                pred = self._run(x).float().cpu().numpy()
         return _with_landmarks(faces, decode(pred, affines, self.input_size))
+
+    def _run(self, x: Any) -> Any:
+        import torch
+
+        if self.batched or x.shape[0] == 1:
+            return self.net(x)[0]
+        return torch.cat([self.net(x[i:i + 1])[0] for i in range(x.shape[0])])
 
 
 def landmarks_of(landmarker: Landmarker | None, frame: AnyFrame,

@@ -54,8 +54,9 @@ class Landmark106(nn.Module):
     """MobileNet-0.5 coordinate regressor; ``forward``: ``(N, 3, 192, 192)`` RGB 0..255 →
     ``(N, 212)``."""
 
-    def __init__(self, width: float = 0.5) -> None:
+    def __init__(self, width: float = 0.5, fixed_batch: bool = False) -> None:
         super().__init__()
+        self.fixed_batch = fixed_batch
         layers = [_conv_bn(3, int(32 * width), 3, 2)]
         cin = int(32 * width)
         for c, s in _BLOCKS:
@@ -68,7 +69,9 @@ class Landmark106(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = (x - INPUT_MEAN) * INPUT_SCALE
-        return self.fc1(torch.flatten(self.features(x), 1))
+        f = self.features(x)
+        # some exports reshape to a constant (1, -1): their graph runs one image at a time
+        return self.fc1(f.reshape(1, -1) if self.fixed_batch else torch.flatten(f, 1))
 
 
 def random_landmark106(seed: int = 0, motion: float = 0.03) -> Landmark106:
@@ -99,16 +102,20 @@ def random_landmark106(seed: int = 0, motion: float = 0.03) -> Landmark106:
     return model
 
 
-def build_landmark106_replica(path: str | Path, seed: int = 0, batch: int | None = 1) -> Path:
+def build_landmark106_replica(path: str | Path, seed: int = 0, batch: int | None = 1,
+                              fixed_reshape: bool = False) -> Path:
     """Write a random-weight 2d106det-signature model to ``path`` (atomically): input ``data``
     ``(batch, 3, 192, 192)`` (``batch=None``: a free batch dimension), output ``fc1``
     ``(batch, 212)``, the first nodes named as mxnet names them (``_minus0``, ``_mul0``), so
-    insightface's ``Landmark`` takes the input as raw 0..255 RGB like the released file's."""
+    insightface's ``Landmark`` takes the input as raw 0..255 RGB like the released file's.
+    ``fixed_reshape``: the features are reshaped to the constant ``(1, -1)`` (a graph that runs
+    one image at a time whatever its input says)."""
     import onnx
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model = random_landmark106(seed)
+    model.fixed_batch = fixed_reshape
     dyn = None if batch is not None else {"data": {0: "batch"}, "fc1": {0: "batch"}}
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -10,6 +10,12 @@ translation, scale and in-plane rotation are removed (those the re-warp reproduc
 out-of-plane pose, on how open the mouth and eyes are, and on the lighting (the colour transfer
 matches the target's colours). Roll is recorded but not compared: it is in-plane, and the
 re-warp with the current similarity transform carries it.
+
+The key means the same on both engines: the classic engine's 68 landmarks and the neural
+engine's 106 (insightface's 2d106det, run on the tracked faces by
+:mod:`livefuse.faces.landmarker`) both give the shape, the pose and the mouth and eye openness.
+A face known only by its 5 kps shows neither expression nor pose, so its key cannot tell a stale
+mouth: such a face is never served from the cache (every lookup is a miss).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import cv2
 import numpy as np
 
 from livefuse.config import CacheConfig
+from livefuse.faces import landmarks106 as L106
 from livefuse.faces.landmarks import mouth_open_ratio
 from livefuse.types import Face, FloatArray, Frame
 
@@ -54,14 +61,18 @@ class PoseKey:
     """What the swap result of one face depends on, in one frame.
 
     Attributes:
-        shape: ``(N, 2) float32`` landmarks (68) or kps (5) with translation, scale and in-plane
-            rotation removed (centred, unit RMS radius, eye line horizontal).
+        shape: ``(N, 2) float32`` landmarks (68 or 106) or kps (5) with translation, scale and
+            in-plane rotation removed (centred, unit RMS radius, eye line horizontal).
         yaw, pitch, roll: head pose in degrees (``solvePnP`` (SQPnP, Terzakis & Lourakis 2020)
-            on a generic 3D face; zeros when
-            only kps are known).
-        mouth_open: inner-lip gap / mouth width (0 closed, ~0.5 wide open).
-        eye_open: mean eye aspect ratio (Soukupová & Čech 2016; ~0.3 open, < 0.15 closed).
+            on a generic 3D face; zeros when only kps are known).
+        mouth_open: inner-lip gap / mouth width (0 closed, ~0.5 wide open); with 106 landmarks
+            the mouth region's height over its width, whose changes are the gap's changes (see
+            :func:`livefuse.faces.landmarks106.region_openness`).
+        eye_open: mean eye aspect ratio (Soukupová & Čech 2016; ~0.3 open, < 0.15 closed); with
+            106 landmarks each eye region's height over its width.
         colour: ``(3,) float32`` mean BGR of the face bbox.
+        sees_expression: landmarks gave the pose and openness (``False``: 5 kps only, the
+            cache never reuses such a face).
     """
 
     shape: FloatArray
@@ -71,6 +82,7 @@ class PoseKey:
     mouth_open: float
     eye_open: float
     colour: FloatArray
+    sees_expression: bool = True
 
 
 def _normalise(points: FloatArray, left_eye: FloatArray, right_eye: FloatArray) -> FloatArray:
@@ -84,10 +96,11 @@ def _normalise(points: FloatArray, left_eye: FloatArray, right_eye: FloatArray) 
     return (p / radius).astype(np.float32)
 
 
-def _head_pose(lm: FloatArray, size: tuple[int, int]) -> tuple[float, float, float]:
+def _head_pose(points: FloatArray, size: tuple[int, int]) -> tuple[float, float, float]:
+    """Yaw, pitch, roll (degrees) from the 6 image points of :data:`_MODEL_3D`, in its order."""
     w, h = size
     cam = np.array([[w, 0, w / 2], [0, w, h / 2], [0, 0, 1]], np.float64)
-    ok, rvec, _ = cv2.solvePnP(_MODEL_3D, lm[_MODEL_IDX].astype(np.float64), cam, None,
+    ok, rvec, _ = cv2.solvePnP(_MODEL_3D, np.asarray(points, np.float64), cam, None,
                                flags=cv2.SOLVEPNP_SQPNP)
     if not ok:
         return 0.0, 0.0, 0.0
@@ -108,22 +121,50 @@ def _dist(a: FloatArray, b: FloatArray) -> float:
     return float(np.linalg.norm(a - b))
 
 
+def _key_106(lm: FloatArray, kps: FloatArray, size: tuple[int, int], colour: FloatArray
+             ) -> PoseKey:
+    """The key from insightface's 106 landmarks: each region read as a point set, the
+    image-left eye and mouth corner told apart by the detector's kps (see
+    :mod:`livefuse.faces.landmarks106`)."""
+    a, b = lm[L106.EYE_A].mean(0), lm[L106.EYE_B].mean(0)
+    a_left = _dist(a, kps[0]) + _dist(b, kps[1]) <= _dist(a, kps[1]) + _dist(b, kps[0])
+    left, right = (a, b) if a_left else (b, a)
+    outer = [lm[i] for i in L106.EYE_OUTER]
+    if not a_left:
+        outer.reverse()
+    corners = [lm[i] for i in L106.MOUTH_CORNERS]
+    if _dist(corners[0], kps[3]) > _dist(corners[1], kps[3]):
+        corners.reverse()
+    nose = lm[list(L106.NOSE_TIP)].mean(0)
+    yaw, pitch, roll = _head_pose(np.stack([nose, lm[L106.CHIN], *outer, *corners]), size)
+    d = right - left
+    axis = d / (float(np.linalg.norm(d)) or 1.0)
+    mouth_open = L106.region_openness(lm[L106.MOUTH], axis)
+    eye_open = (L106.region_openness(lm[L106.EYE_A], axis)
+                + L106.region_openness(lm[L106.EYE_B], axis)) / 2
+    return PoseKey(_normalise(lm, left, right), yaw, pitch, roll, mouth_open, eye_open, colour)
+
+
 def pose_key(frame: Frame, face: Face) -> PoseKey:
     """Compute the cache key of ``face`` in ``frame`` (``(H, W, 3) uint8 BGR``).
 
-    Uses the 68 landmarks when present (classic analyser), else the 5 kps (pose and
-    openness then read 0).
+    Uses the 68 landmarks when present (classic analyser), else the 106 landmarks (the neural
+    engine's landmarker), else the 5 kps: pose and openness then read 0 and the key says it
+    does not see the expression (:attr:`PoseKey.sees_expression`).
     """
     h, w = frame.shape[:2]
     x0, y0, x1, y1 = (int(v) for v in np.clip(face.bbox, 0, [w, h, w, h]))
     crop = frame[y0:y1, x0:x1]
     colour = np.array(cv2.mean(crop)[:3] if crop.size else (0, 0, 0), np.float32)
     lm = face.landmarks
+    lm106 = face.landmarks_106
+    if lm is None and lm106 is not None and np.isfinite(lm106).all():
+        return _key_106(lm106, face.kps, (w, h), colour)
     if lm is None:
         shape = _normalise(face.kps, face.kps[0], face.kps[1])
-        return PoseKey(shape, 0.0, 0.0, 0.0, 0.0, 0.0, colour)
+        return PoseKey(shape, 0.0, 0.0, 0.0, 0.0, 0.0, colour, sees_expression=False)
     shape = _normalise(lm, lm[36:42].mean(0), lm[42:48].mean(0))
-    yaw, pitch, roll = _head_pose(lm, (w, h))
+    yaw, pitch, roll = _head_pose(lm[_MODEL_IDX], (w, h))
     mouth_open = mouth_open_ratio(lm)
     ears = []
     for e in (lm[36:42], lm[42:48]):
@@ -134,7 +175,8 @@ def pose_key(frame: Frame, face: Face) -> PoseKey:
 def similarity(a: PoseKey, b: PoseKey) -> float:
     """Similarity of two keys in 0..1 (1 = identical): ``exp(-0.5 * sum((d_i / sigma_i)^2))``.
 
-    Components and tolerances: the module constants ``*_SIGMA``. Roll does not count.
+    Components and tolerances: the module constants ``*_SIGMA``. Roll does not count. A key
+    with a non-finite component (e.g. NaN landmarks) matches nothing: 0.
     """
     if a.shape.shape != b.shape.shape:
         return 0.0
@@ -145,7 +187,7 @@ def similarity(a: PoseKey, b: PoseKey) -> float:
          + ((a.mouth_open - b.mouth_open) / OPENNESS_SIGMA) ** 2
          + ((a.eye_open - b.eye_open) / OPENNESS_SIGMA) ** 2
          + (_dist(a.colour, b.colour) / COLOUR_SIGMA) ** 2)
-    return math.exp(-0.5 * z)
+    return math.exp(-0.5 * z) if math.isfinite(z) else 0.0  # a broken key never matches
 
 
 @dataclass
@@ -176,8 +218,9 @@ class PoseCache:
     A lookup is a *hit* when the entry's key scores ``>= config.threshold`` against the current
     key and the entry has served fewer than ``config.refresh_every_n`` frames (the frame it was
     stored on counts as the first); otherwise it is a *forced refresh* (entry too old) or a
-    *miss* (no entry, or the key moved). With ``refresh_every_n=1`` every lookup is a forced
-    refresh or a miss. A disabled cache always misses and counts nothing.
+    *miss* (no entry, the key moved, or a key that does not see the expression). With
+    ``refresh_every_n=1`` every lookup is a forced refresh or a miss. A disabled cache always
+    misses and counts nothing.
 
     Not thread-safe: one owner (the Engine on the inference thread).
     """
@@ -217,7 +260,7 @@ class PoseCache:
         if not self.config.enabled:
             return None
         e = self._entries.get(track_id)
-        if e is None or track_id < 0:
+        if e is None or track_id < 0 or not key.sees_expression:
             self._misses += 1
             return None
         if e.age >= self.config.refresh_every_n:
@@ -231,8 +274,9 @@ class PoseCache:
         return e.value
 
     def store(self, track_id: int, key: PoseKey, value: Any) -> None:
-        """Keep a fresh swap result; untracked faces (``track_id < 0``) are not kept."""
-        if self.config.enabled and track_id >= 0:
+        """Keep a fresh swap result; untracked faces (``track_id < 0``) and keys that do not
+        see the expression are not kept."""
+        if self.config.enabled and track_id >= 0 and key.sees_expression:
             self._entries[track_id] = _Entry(key, value, age=1)
 
     def __len__(self) -> int:

@@ -24,6 +24,12 @@ ORT_DISTRIBUTIONS = (
     "onnxruntime-silicon", "onnxruntime-qnn",
 )
 ORT_FIX = "pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu"
+CV2_DISTRIBUTIONS = (
+    "opencv-python", "opencv-python-headless", "opencv-contrib-python",
+    "opencv-contrib-python-headless",
+)
+CV2_FIX = ("pip uninstall -y " + " ".join(CV2_DISTRIBUTIONS)
+           + " && pip install opencv-python")
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,21 @@ def check_onnxruntime(version_of: Callable[[str], str | None] = _installed_versi
     return checks
 
 
+def check_opencv(version_of: Callable[[str], str | None] = _installed_version) -> Check:
+    """Installed OpenCV distributions: each ships the same ``cv2`` folder, so two of them (the
+    GUI build livefuse and insightface require, and a headless one some other package asked
+    for) overwrite each other's files."""
+    found = {d: v for d in CV2_DISTRIBUTIONS if (v := version_of(d)) is not None}
+    listing = ", ".join(f"{d} {v}" for d, v in found.items()) or "none"
+    if not found:
+        return Check("opencv", "fail", "not installed", ("pip install opencv-python",))
+    if len(found) > 1:
+        return Check("opencv", "fail", f"conflicting distributions installed: {listing}",
+                     ("They ship the same `cv2` package folder; whichever was installed last "
+                      "wins, and a mix of their files may not import.", f"Fix: {CV2_FIX}"))
+    return Check("opencv", "ok", listing)
+
+
 def check_models(directory: Path | None = None) -> list[Check]:
     from livefuse.models import download as dl
     from livefuse.models.catalog import CATALOG, models_dir
@@ -266,8 +287,9 @@ def collect(models_directory: Path | None = None, *,
             sysfs: Path = Path("/sys/class/video4linux")) -> list[Check]:
     """Run every check. Never raises for a missing optional piece."""
     return [check_python(), *check_engine(models_directory, version_of), *check_torch(),
-            *check_onnxruntime(version_of), *check_stages(), *check_models(models_directory),
-            *check_cameras(platform, sysfs), *check_extras(version_of=version_of)]
+            *check_onnxruntime(version_of), check_opencv(version_of), *check_stages(),
+            *check_models(models_directory), *check_cameras(platform, sysfs),
+            *check_extras(version_of=version_of)]
 
 
 _MARK = {"ok": " ok ", "info": "info", "warn": "WARN", "fail": "FAIL"}

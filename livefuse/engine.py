@@ -21,6 +21,7 @@ from livefuse.cache import PoseCache, pose_key
 from livefuse.config import MODEL_RELOAD_FIELDS, CacheConfig, EngineConfig
 from livefuse.errors import FaceIndexError, NoFaceError
 from livefuse.faces.analyser import Analyser
+from livefuse.faces.landmarker import Landmarker, landmarks_of
 from livefuse.faces.rotation import detect_rotated
 from livefuse.faces.selection import (
     choose_source_face,
@@ -112,6 +113,11 @@ class Engine:
             names (from the catalog), or none. It runs on each face right after its swap is
             pasted; with the cache on, only on cache misses (its patch is stored beside the
             swap's and re-warped with it).
+        landmarker: adds the landmarks the pose cache's key reads the mouth, the eyes and the
+            head pose from, to faces whose analyser gives only kps (run on cache-on frames);
+            for ``engine='neural'`` built from the config, the catalog's 2d106det by default
+            (:func:`livefuse.swap.neural_engine.build_landmarker`). Without one such faces are
+            never served from the cache.
 
     Raises:
         ConfigError: invalid config.
@@ -122,17 +128,22 @@ class Engine:
     def __init__(self, config: EngineConfig, analyser: Analyser | None = None,
                  cache: CacheConfig | None = None,
                  components: tuple[Analyser, Renderer] | None = None,
-                 sync_timings: bool = False, enhancer: FaceEnhancer | None = None) -> None:
+                 sync_timings: bool = False, enhancer: FaceEnhancer | None = None,
+                 landmarker: Landmarker | None = None) -> None:
         self.config = config.validate()
         self.engine_choice = resolve_engine(config)
         self.analyser: Analyser
         self.renderer: Renderer
+        self.landmarker = landmarker
         if components is not None:
             self.analyser, self.renderer = components
         elif self.engine_choice.engine == "neural":
-            from livefuse.swap.neural_engine import build_neural
+            from livefuse.swap.neural_engine import build_landmarker, build_neural
 
-            self.analyser, self.renderer = build_neural(config)
+            self.analyser, renderer = build_neural(config)
+            self.renderer = renderer
+            if landmarker is None:
+                self.landmarker = build_landmarker(config, renderer)
         else:
             if analyser is None:
                 # dlib only when the classic engine is used: the neural path runs without it.
@@ -398,7 +409,9 @@ class Engine:
 
         Args:
             frame: ``(H, W, 3) uint8 BGR`` (or the same staged by :meth:`stage`); not modified
-                unless ``in_place``.
+                unless ``in_place``. On the GPU path a staged frame without a device copy on
+                this engine's device (e.g. captured while the engine was rebuilt) is staged
+                here.
             index: frame number, carried into the packet.
             t_capture_ns: capture time (``time.perf_counter_ns``); now when omitted.
             strict: raise :class:`FaceIndexError` when ``target_face_index`` does not exist in this
@@ -414,12 +427,28 @@ class Engine:
         """
         if self._source is None:
             raise RuntimeError("Engine.process called before set_source")
-        staged = frame if isinstance(frame, StagedFrame) else self.stage(frame)
+        given: StagedFrame | None = None
+        if not isinstance(frame, StagedFrame):
+            staged = self.stage(frame)
+        elif self.stager is not None and not self._staged_here(frame):
+            # staged by no stager (captured while the engine was being rebuilt) or by another
+            # engine's on another device: upload it now, from its host copy
+            staged, given = self.stage(frame.host), frame
+        else:
+            staged = frame
         try:
             return self._process(staged, index, t_capture_ns, strict, in_place)
         finally:
-            if staged.release is not None:
-                staged.release()
+            for done in (staged, given):
+                if done is not None and done.release is not None:
+                    done.release()
+
+    def _staged_here(self, frame: StagedFrame) -> bool:
+        """Whether ``frame`` has a device copy on this engine's device."""
+        if frame.device is None:
+            return False
+        want, got = self.stager.device, frame.device.device
+        return bool(got.type == want.type and (want.index is None or got.index == want.index))
 
     def _process(self, staged: StagedFrame, index: int, t_capture_ns: int | None, strict: bool,
                  in_place: bool) -> FramePacket:
@@ -431,9 +460,15 @@ class Engine:
         # still images are not smoothed: the filter needs a sequence of frames
         t_s = None if strict else packet.t_capture_ns / 1e9
         targets, packet.detected, others = self._find(staged, strict, t_s)
-        packet.faces, packet.found = targets, len(targets) + len(others)
+        packet.found = len(targets) + len(others)
         self._sync()
         packet.timings_ms["detect" if packet.detected else "track"] = _ms(t0)
+        if self.cache.enabled and self.landmarker is not None and targets:
+            t_lm = time.perf_counter_ns()
+            targets = landmarks_of(self.landmarker, staged, targets)
+            self._sync()
+            packet.timings_ms["landmarks"] = _ms(t_lm)
+        packet.faces = targets
 
         t1 = time.perf_counter_ns()
         swap, enh, misses, keys, packet.cache_hits = self._patches(staged, targets)

@@ -133,6 +133,10 @@ class LiveRunner:
         factory: builds the engine from the settings (``AppConfig -> engine``) on the inference
             thread, at start and again when a setting needs the models loaded again.
         max_open_attempts: the capture gives up after this many failed opens (``None``: never).
+        after: a runner whose stop timed out while its inference thread was still busy (loading
+            an engine): this runner's inference thread waits for that one to end, then takes its
+            engine when it has none, so two inference threads never run and two engines never
+            load at once.
 
     Raises:
         ValueError: neither an engine nor a factory.
@@ -145,7 +149,8 @@ class LiveRunner:
                  metrics: Metrics | None = None, face: Face | None = None,
                  factory: EngineFactory | None = None,
                  max_open_attempts: int | None = None,
-                 reference: LoadedImage | None = None) -> None:
+                 reference: LoadedImage | None = None,
+                 after: LiveRunner | None = None) -> None:
         if engine is None and factory is None:
             raise ValueError("LiveRunner needs an engine or an engine factory")
         self.config = (config or AppConfig()).validate()
@@ -162,6 +167,7 @@ class LiveRunner:
         self._face = face
         self._reference = reference
         self.max_open_attempts = max_open_attempts
+        self._after = after
         self._pending = _Pending(source_face=source_face, face_index=face_index, face=face,
                                  reference=reference)
         self._lock = threading.Lock()  # guards _pending, start/stop
@@ -221,16 +227,23 @@ class LiveRunner:
             self._on_status(line)
 
     def start(self) -> None:
-        """Start capture and inference (no effect when running). Returns at once."""
+        """Start capture and inference (no effect when running). Returns at once.
+
+        After a :meth:`stop` that timed out (the inference thread still inside a model load),
+        the new inference thread first waits for the old one to end: one at a time, always."""
         with self._lock:
-            if self.running:
+            if self.running and not self._stop.is_set():
                 return
-            self._stop.clear()
+            previous = self._thread if self.running else None
+            stop = self._stop = threading.Event()  # each run has its own: the old one stays set
             slot: LatestSlot[tuple[StagedFrame, int]] = LatestSlot(on_drop=_release)
             self._slot = slot
             self._capture = self._new_capture(self.source, self.max_open_attempts)
-            self._thread = threading.Thread(target=self._run, name="livefuse-inference",
-                                            daemon=True)
+            waits = previous is not None or (self._after is not None and self._after.running)
+            # a thread that waits for the old one is not an inference thread yet: named so
+            self._thread = threading.Thread(
+                target=self._run, args=(slot, stop, previous), daemon=True,
+                name="livefuse-inference-next" if waits else "livefuse-inference")
             self._capture.start()
             self._thread.start()
 
@@ -540,15 +553,37 @@ class LiveRunner:
         return any(getattr(cfg.engine, f) != getattr(self.config.engine, f)
                    for f in MODEL_RELOAD_FIELDS)
 
-    def _run(self) -> None:
-        slot = self._slot
-        assert slot is not None
+    def _wait_for_others(self, previous: threading.Thread | None,
+                         stop: threading.Event) -> bool:
+        """Wait until the inference threads this one follows have ended (``False``: stopped
+        meanwhile), then take the engine the runner this one follows has left, if none was
+        given."""
+        after = self._after
+        for t in (previous, after._thread if after is not None else None):
+            while t is not None and t.is_alive():
+                if stop.is_set():
+                    return False
+                t.join(_POLL_S)
+        if after is not None:
+            self._after = None
+            if self._engine is None and after.engine is not None:
+                engine = after.engine
+                engine.set_cache(self.config.cache)
+                if engine.apply(self.config.engine):
+                    self._engine = engine  # else rebuilt by _take_pending, the old one let go
+        return True
+
+    def _run(self, slot: LatestSlot[tuple[StagedFrame, int]], stop: threading.Event,
+             previous: threading.Thread | None) -> None:
+        if not self._wait_for_others(previous, stop):
+            return
+        threading.current_thread().name = "livefuse-inference"
         try:
             self._take_pending()
         except Exception as exc:
             self.errors += 1
             self.status(f"engine error: {exc}")
-        while not self._stop.is_set():
+        while not stop.is_set():
             try:
                 item = slot.get(timeout=_POLL_S)
             except SlotClosed:
@@ -587,7 +622,7 @@ class LiveRunner:
                                    if self.guard.on else None)
             timed = False
             for sink in self._sinks:
-                if self._stop.is_set():
+                if stop.is_set():
                     return
                 try:
                     sink.send(out, t_cap)

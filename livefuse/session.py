@@ -143,6 +143,7 @@ class Session:
         self._face_index: int | None = None
         self._reference: LoadedImage | None = None
         self._runner: LiveRunner | None = None
+        self._stopping: LiveRunner | None = None  # stopped, its inference thread not yet ended
         self._sinks: dict[_SinkKey, Sink] = {}
         self._lock = threading.Lock()
         self.presets = presets or PresetStore()
@@ -347,15 +348,20 @@ class Session:
             self._check_reference(self._config)
             source = self._source_factory(self._config.capture)
             self._sync_sinks()
-            engine, factory = (self._engine, None) if self._engine is not None else \
-                (None, self._engine_factory)
+            engine = self._engine
+            # a stop that timed out inside a model load: the new runner waits for that thread
+            # and takes the engine it was loading, instead of loading a second one beside it
+            after, self._stopping = self._stopping, None
+            if after is not None and not after.running:
+                engine = engine or after.engine
+                after = None
             # the factory goes along with a prepared engine: a preset may change the models
             runner = LiveRunner(engine, source, list(self._sinks.values()), self._config,
                                 source_face=self._source_face, face_index=self._face_index,
                                 face=self._face, on_status=self._status, metrics=self.metrics,
-                                factory=factory or self._engine_factory,
+                                factory=self._engine_factory,
                                 max_open_attempts=self._config.capture.max_open_attempts,
-                                reference=self._reference)
+                                reference=self._reference, after=after)
             runner.swap = self._swap
             runner.start()
             self._runner = runner
@@ -374,6 +380,8 @@ class Session:
             ok = runner.stop(timeout)
             if runner.engine is not None:
                 self._engine = runner.engine  # a restart reuses the loaded models
+            if runner.running:  # its inference thread is still inside a model load
+                self._stopping = runner
         for sink in sinks:
             try:
                 sink.close()

@@ -7,7 +7,8 @@ Conventions used everywhere in livefuse:
 * **kps** are the 5 keypoints in InsightFace order: image-left eye, image-right eye, nose tip,
   image-left mouth corner, image-right mouth corner (``(5, 2) float32``);
 * **landmarks** are the 68 iBUG-300W points (``(68, 2) float32``) when the classic engine
-  produced the face.
+  produced the face; **landmarks_106** are insightface's 2d106det points (``(106, 2) float32``,
+  :mod:`livefuse.faces.landmarks106`) when the neural engine's landmarker ran on it.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class Face:
             tracked face is still a face; ``None`` when the analyser confirms otherwise.
         angle: the frame rotation (degrees clockwise: 0, 90, 180, 270) the detector found the
             face at; a face lying on its side or upside down has 90, 180 or 270.
+        landmarks_106: ``(106, 2) float32`` insightface 2d106det landmarks in frame px (the
+            neural engine's landmarker fills them in for the pose cache), or ``None``.
     """
 
     bbox: FloatArray
@@ -53,6 +56,7 @@ class Face:
     track_id: int = -1
     template: FloatArray | None = None
     angle: int = 0
+    landmarks_106: FloatArray | None = None
 
     @property
     def width(self) -> float:

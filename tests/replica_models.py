@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from livefuse.testing.replica_landmark import build_landmark106_replica
 from livefuse.testing.replicas import build_arcface_replica, build_scrfd_replica
 
 SCRFD_SEED = 2
@@ -32,3 +33,8 @@ def scrfd_replica() -> Path:
 @functools.cache
 def arcface_replica() -> Path:
     return build_arcface_replica(_dir / "w600k_r50.onnx")
+
+
+@functools.cache
+def landmark_replica() -> Path:
+    return build_landmark106_replica(_dir / "2d106det.onnx")

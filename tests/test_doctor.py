@@ -35,6 +35,22 @@ def test_ort_cpu_and_gpu_both_installed_is_a_failure_with_the_fix(tmp_path: Path
 
 
 @pytest.mark.parametrize(("installed", "level"), [
+    ({"opencv-python": "5.0.0"}, "ok"),
+    ({"opencv-python-headless": "4.12.0"}, "ok"),
+    ({"opencv-python": "5.0.0", "opencv-python-headless": "4.12.0"}, "fail"),
+    ({}, "fail"),
+])
+def test_one_opencv_distribution(installed: dict[str, str], level: str) -> None:
+    """The GUI build (insightface's requirement) beside a headless one overwrite each other's
+    `cv2`: doctor names both and the fix."""
+    check = doctor.check_opencv(_versions(**installed))
+    assert check.level == level
+    if len(installed) > 1:
+        assert "opencv-python 5.0.0, opencv-python-headless 4.12.0" in check.summary
+        assert any(doctor.CV2_FIX in line for line in check.detail)
+
+
+@pytest.mark.parametrize(("installed", "level"), [
     ({"onnxruntime-gpu": "1.22.0"}, "ok"),
     ({"onnxruntime": "1.32.0"}, "ok"),
     ({}, "fail"),

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from replica_models import landmark_replica
 from synthetic_faces import block_face_frame, build_arcface, build_scrfd
 
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage
 from livefuse.swap.enhance import FaceEnhancer
-from livefuse.swap.neural_engine import NeuralPaths, build_neural
+from livefuse.swap.neural_engine import NeuralPaths, build_landmarker, build_neural
 from livefuse.testing import replicas_masks as R
 from livefuse.testing.synthetic import build_synthetic_inswapper
 
@@ -24,7 +25,8 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> NeuralPaths:
     d = tmp_path_factory.mktemp("fx_models")
     return NeuralPaths(build_scrfd(d / "det.onnx"), build_arcface(d / "rec.onnx"),
                        build_synthetic_inswapper(d / "inswapper.onnx", width=4),
-                       occluder=R.build_replica("occluder", d / "xseg.onnx"))
+                       occluder=R.build_replica("occluder", d / "xseg.onnx"),
+                       landmarker=landmark_replica())
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,10 @@ def enhancer_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _engine(paths: NeuralPaths, cache: CacheConfig | None = None, **kw: object) -> Engine:
     cfg = EngineConfig(engine="neural", backend="onnxruntime", precision="fp32", device="cpu",
                        smooth=False, **kw)  # type: ignore[arg-type]
-    eng = Engine(cfg, components=build_neural(cfg, paths), cache=cache)
+    analyser, renderer = build_neural(cfg, paths)
+    # the cache reads the mouth and eyes from the 106-point landmarker (a replica)
+    landmarker = None if cache is None else build_landmarker(cfg, renderer, paths)
+    eng = Engine(cfg, components=(analyser, renderer), cache=cache, landmarker=landmarker)
     eng.set_source(LoadedImage(bgr=block_face_frame((5, 6), 1), alpha=None, path=Path("src.png")))
     return eng
 

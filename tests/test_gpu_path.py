@@ -15,13 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from replica_models import landmark_replica
 from synthetic_faces import build_arcface, build_scrfd
 
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage
 from livefuse.swap.enhance import FaceEnhancer
-from livefuse.swap.neural_engine import NeuralPaths, build_neural
+from livefuse.swap.neural_engine import NeuralPaths, build_landmarker, build_neural
 from livefuse.testing import replicas_masks as R
 from livefuse.testing.synthetic import build_synthetic_inswapper
 
@@ -35,7 +36,8 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> NeuralPaths:
     return NeuralPaths(build_scrfd(d / "det.onnx"), build_arcface(d / "rec.onnx"),
                        build_synthetic_inswapper(d / "inswapper.onnx", width=8),
                        occluder=R.build_replica("occluder", d / "xseg.onnx"),
-                       parser=R.build_replica("parser", d / "parser.onnx"))
+                       parser=R.build_replica("parser", d / "parser.onnx"),
+                       landmarker=landmark_replica())
 
 
 def _frame(cells: list[tuple[int, int]], seed: int = 2) -> np.ndarray:
@@ -50,7 +52,10 @@ def _engine(paths: NeuralPaths, device: str, precision: str = "fp32",
             cache: CacheConfig | None = None, **kw: object) -> Engine:
     cfg = EngineConfig(engine="neural", backend="torch", precision=precision,  # type: ignore[arg-type]
                        device=device, face_selector="many", smooth=False, **kw)  # type: ignore[arg-type]
-    eng = Engine(cfg, components=build_neural(cfg, paths), cache=cache)
+    analyser, renderer = build_neural(cfg, paths)
+    # the cache reads the mouth and eyes from the 106-point landmarker on the staged frame
+    landmarker = None if cache is None else build_landmarker(cfg, renderer, paths)
+    eng = Engine(cfg, components=(analyser, renderer), cache=cache, landmarker=landmarker)
     eng.set_source(LoadedImage(bgr=_frame([(5, 6)], 1), alpha=None, path=Path("src.png")))
     return eng
 

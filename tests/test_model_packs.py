@@ -25,6 +25,7 @@ from livefuse.models.archive import install_members
 
 DET = np.random.default_rng(1).integers(0, 256, 40_000, dtype=np.uint8).tobytes()
 REC = np.random.default_rng(2).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
+LMK = np.random.default_rng(3).integers(0, 256, 20_000, dtype=np.uint8).tobytes()
 
 
 def make_zip(members: dict[str, bytes]) -> bytes:
@@ -36,7 +37,8 @@ def make_zip(members: dict[str, bytes]) -> bytes:
 
 
 # like the real buffalo_l.zip: the wanted members beside others the catalog does not want
-ZIP = make_zip({"det_10g.onnx": DET, "w600k_r50.onnx": REC, "genderage.onnx": b"other" * 99})
+ZIP = make_zip({"det_10g.onnx": DET, "w600k_r50.onnx": REC, "2d106det.onnx": LMK,
+                "genderage.onnx": b"other" * 99})
 
 
 @pytest.fixture
@@ -58,7 +60,7 @@ def fake_catalog(server: tuple[str, Served],
     base, _ = server
     rows = []
     for spec in catalog.CATALOG:
-        data = {"det_10g": DET, "w600k_r50": REC}.get(spec.name)
+        data = {"det_10g": DET, "w600k_r50": REC, "2d106det": LMK}.get(spec.name)
         if data is not None:
             spec = replace(spec, size=len(data), sha256=_sha(data),
                            urls=(f"{base}/mirror/{spec.filename}",))
@@ -77,7 +79,7 @@ def test_the_real_pack_row() -> None:
                             "buffalo_l.zip")
     assert pack.size == 288_621_354
     assert pack.sha256 == "80ffe37d8a5940d59a7384c201a2a38d4741f2f3c51eef46ebb28218a7b0ca2f"
-    assert pack.members == ("det_10g", "w600k_r50")
+    assert pack.members == ("det_10g", "w600k_r50", "2d106det")
     assert "non-commercial" in pack.licence
     for name in pack.members:
         spec = catalog.get_spec(name)
@@ -95,10 +97,12 @@ def test_one_fetch_installs_both_members_from_the_zip(
     out = dl.download(det, tmp_path, progress=False)
     assert out == tmp_path / "det_10g.onnx" and out.read_bytes() == DET
     assert (tmp_path / "w600k_r50.onnx").read_bytes() == REC
+    assert (tmp_path / "2d106det.onnx").read_bytes() == LMK
     assert dl.status(det, tmp_path) == "present" and dl.status(rec, tmp_path) == "present"
     assert [p for p, _ in state.requests] == ["/pack/buffalo_l.zip"]  # no mirror touched
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        dl.CACHE_NAME, "det_10g.onnx", "w600k_r50.onnx"]  # zip, parts and genderage gone
+        dl.CACHE_NAME, "2d106det.onnx", "det_10g.onnx", "w600k_r50.onnx"]  # zip, parts and
+    # genderage gone
     dl.download(rec, tmp_path, progress=False)
     assert len(state.requests) == 1  # already installed: nothing fetched
 
@@ -146,7 +150,8 @@ def test_a_member_that_does_not_match_its_row_is_not_installed(
         server: tuple[str, Served], fake_catalog: dict[str, catalog.ModelSpec],
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     base, state = server
-    bad = make_zip({"buffalo_l/det_10g.onnx": DET[::-1], "buffalo_l/w600k_r50.onnx": REC})
+    bad = make_zip({"buffalo_l/det_10g.onnx": DET[::-1], "buffalo_l/w600k_r50.onnx": REC,
+                    "buffalo_l/2d106det.onnx": LMK})
     state.files["/pack/buffalo_l.zip"] = bad
     monkeypatch.setattr(catalog, "PACKS", (replace(catalog.PACKS[0], size=len(bad),
                                                    sha256=_sha(bad)),))
@@ -158,7 +163,8 @@ def test_a_member_that_does_not_match_its_row_is_not_installed(
     assert f"{base}/mirror/det_10g.onnx: HTTP 404" in msg
     assert not (tmp_path / "det_10g.onnx").exists()  # never under its final name
     assert (tmp_path / "w600k_r50.onnx").read_bytes() == REC  # the good member is kept
-    assert sorted(p.name for p in tmp_path.iterdir()) == [dl.CACHE_NAME, "w600k_r50.onnx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [dl.CACHE_NAME, "2d106det.onnx",
+                                                          "w600k_r50.onnx"]
 
 
 def test_install_members_refuses_missing_oversized_and_duplicate_members(

@@ -19,19 +19,23 @@ from livefuse.models import download as dl
 def test_catalog_rows_carry_the_published_sizes_and_hashes() -> None:
     by_name = {s.name: s for s in catalog.CATALOG}
     assert set(by_name) == {"inswapper_128", "inswapper_128_fp16", "det_10g", "w600k_r50",
-                            "xseg", "bisenet_resnet34", "gfpgan_1.4", "gfpgan_1.4_facefusion",
-                            "gpen_bfr_512"}
+                            "2d106det", "xseg", "bisenet_resnet34", "gfpgan_1.4",
+                            "gfpgan_1.4_facefusion", "gpen_bfr_512"}
     assert by_name["inswapper_128"].size == 554_253_681
     assert by_name["inswapper_128_fp16"].size == 277_680_638
     assert by_name["det_10g"].role == "detector" and by_name["det_10g"].input_size == (640, 640)
     assert by_name["w600k_r50"].role == "recogniser"
     assert by_name["w600k_r50"].input_size == (112, 112)
+    lmk = by_name["2d106det"]
+    assert (lmk.role, lmk.size, lmk.input_size, lmk.pack) == ("landmarker", 5_030_888, (192, 192),
+                                                              "buffalo_l")
+    assert lmk.sha256 == "f001b856447c413801ef5c42091ed0cd516fcd21f2d6b79635b1e733a7109dbf"
     for spec in catalog.CATALOG:
         assert spec.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", spec.sha256)
         assert spec.urls and all(u.startswith("https://") for u in spec.urls)
         assert len(set(spec.urls)) == len(spec.urls)
         assert spec.filename.endswith(".onnx")
-        if spec.role in ("swapper", "detector", "recogniser"):
+        if spec.role in ("swapper", "detector", "recogniser", "landmarker"):
             assert "non-commercial" in spec.licence
     assert len({s.filename for s in catalog.CATALOG}) == len(catalog.CATALOG)
     assert len({s.sha256 for s in catalog.CATALOG}) == len(catalog.CATALOG)
@@ -58,7 +62,7 @@ def test_mask_and_enhancer_rows() -> None:
     assert "Apache-2.0" in by_name["gfpgan_1.4"].licence
     assert "non-commercial" in by_name["gpen_bfr_512"].licence
     assert set(catalog.MASK_ROLES) == {s.role for s in catalog.CATALOG} - {
-        "swapper", "detector", "recogniser"}
+        "swapper", "detector", "recogniser", "landmarker"}
     # `livefuse models import ~/Downloads/GFPGANv1.4.onnx` finds its row by the file name
     assert catalog.get_spec("GFPGANv1.4.onnx") is by_name["gfpgan_1.4"]
     assert catalog.get_spec("GPEN-BFR-512") is by_name["gpen_bfr_512"]
@@ -221,15 +225,16 @@ def test_import_a_pack_zip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     import io
     import zipfile
 
-    det, rec = b"fake det" * 500, b"fake rec" * 700
+    det, rec, lmk = b"fake det" * 500, b"fake rec" * 700, b"fake lmk" * 300
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("det_10g.onnx", det)
         zf.writestr("w600k_r50.onnx", rec)
+        zf.writestr("2d106det.onnx", lmk)
     blob = buf.getvalue()
     rows = tuple(replace(s, size=len(d), sha256=hashlib.sha256(d).hexdigest())
-                 if (d := {"det_10g": det, "w600k_r50": rec}.get(s.name)) else s
-                 for s in catalog.CATALOG)
+                 if (d := {"det_10g": det, "w600k_r50": rec, "2d106det": lmk}.get(s.name))
+                 else s for s in catalog.CATALOG)
     pack = replace(catalog.get_pack("buffalo_l"), size=len(blob),
                    sha256=hashlib.sha256(blob).hexdigest())
     monkeypatch.setattr(catalog, "CATALOG", rows)
@@ -242,6 +247,7 @@ def test_import_a_pack_zip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert args.func(args) == 0
     assert (models / "det_10g.onnx").read_bytes() == det
     assert (models / "w600k_r50.onnx").read_bytes() == rec
+    assert (models / "2d106det.onnx").read_bytes() == lmk
     assert src.read_bytes() == blob  # the user's zip is left as it was
     assert "det_10g: present" in capsys.readouterr().out
     src.write_bytes(blob[:-1] + b"!")

@@ -8,11 +8,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from insightface.model_zoo.inswapper import INSwapper
+from replica_models import landmark_replica
 from synthetic_faces import build_arcface, build_scrfd
 
 from livefuse.cli import main
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.engine import Engine
+from livefuse.faces.landmarker import OrtLandmarker
 from livefuse.imaging import load_image, save_image
 from livefuse.swap.neural_engine import NeuralPaths, build_neural
 from livefuse.swap.paste import arcface_affine
@@ -88,7 +90,8 @@ def test_backends_agree_through_the_engine(paths: NeuralPaths, source_path: Path
 def test_cache_reuses_the_neural_swap(paths: NeuralPaths, source_path: Path) -> None:
     cfg = EngineConfig(engine="neural", backend="onnxruntime", precision="fp32", device="cpu")
     engine = Engine(cfg, components=build_neural(cfg, paths),
-                    cache=CacheConfig(enabled=True, threshold=0.9, refresh_every_n=5))
+                    cache=CacheConfig(enabled=True, threshold=0.9, refresh_every_n=5),
+                    landmarker=OrtLandmarker(landmark_replica()))
     engine.set_source(load_image(source_path))
     frame = _frame((10, 9), 2)
     first = engine.process(frame, index=0).output

@@ -105,6 +105,26 @@ def warp_crops(frame_t: torch.Tensor, affine: torch.Tensor, size: int) -> torch.
     return crops.round_()  # cv2.warpAffine writes uint8: the network sees whole levels
 
 
+def open_image_net(path: Path, what: str) -> tuple[OnnxModule, int | None]:
+    """The ``.onnx`` at ``path`` as an :class:`OnnxModule` with one image batch in and one
+    tensor out, and its declared square input side (``None`` when free).
+
+    Raises:
+        FaceModelError: unreadable, a node cannot run, or not one input and one output (the
+            message says the file is not ``what``).
+    """
+    try:
+        net = OnnxModule(path)
+    except OnnxModelError as exc:
+        raise FaceModelError(path, exc.problem) from exc
+    if len(net.input_names) != 1 or len(net.output_names) != 1:
+        raise FaceModelError(path, f"{len(net.input_names)} inputs and "
+                             f"{len(net.output_names)} outputs: not {what}")
+    shape = net.input_shapes[0]
+    side = shape[2] if len(shape) == 4 and isinstance(shape[2], int) and shape[2] else None
+    return net, side
+
+
 class TorchArcFace:
     """ArcFace embeddings on a torch device (see the module docstring).
 
@@ -128,17 +148,9 @@ class TorchArcFace:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.precision = precision
         self.dtype = precision_dtype(precision)
-        try:
-            net = OnnxModule(self.path)
-        except OnnxModelError as exc:
-            raise FaceModelError(self.path, exc.problem) from exc
-        if len(net.input_names) != 1 or len(net.output_names) != 1:
-            raise FaceModelError(self.path, f"{len(net.input_names)} inputs and "
-                                 f"{len(net.output_names)} outputs: not an ArcFace recogniser "
-                                 "(one image batch in, one embedding batch out)")
-        shape = net.input_shapes[0]
-        side = shape[2] if len(shape) == 4 and isinstance(shape[2], int) and shape[2] else 112
-        self.input_size = int(side)
+        net, side = open_image_net(self.path, "an ArcFace recogniser (one image batch in, one "
+                                   "embedding batch out)")
+        self.input_size = int(side or 112)
         first = net.node_names[:8]
         mxnet = any(n.startswith(("Sub", "_minus")) for n in first) and \
             any(n.startswith(("Mul", "_mul")) for n in first)

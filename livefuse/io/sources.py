@@ -3,9 +3,11 @@ capture thread that reads them.
 
 A source is opened, read and closed on the capture thread only, so a camera that takes seconds
 to open or blocks in ``read`` never blocks the caller. :class:`Capture` reports "camera lost"
-when no fresh frame arrives for ``lost_after_s`` (no frame, the same stale buffer, or a read
-that blocks), closes and reopens the source with back-off, and stops promptly: ``stop()`` waits
-at most its timeout; a thread stuck in a driver call is a daemon and exits once the call returns.
+when no frame arrives for ``lost_after_s`` (reads that fail, or a read that blocks), closes and
+reopens the source with back-off, and stops promptly: ``stop()`` waits at most its timeout; a
+thread stuck in a driver call is a daemon and exits once the call returns. A camera is judged
+by time without frames, never by their content: an OBS static scene, a black shutter frame or
+an HDMI capture of a still desktop repeats the same picture, and is a working input.
 """
 
 from __future__ import annotations
@@ -68,8 +70,8 @@ class SourceInfo:
 class Source(Protocol):
     """A frame source; every method is called on the capture thread.
 
-    ``live`` sources (cameras) pace themselves and repeat nothing: an identical frame is a stale
-    buffer. Other sources are paced by :class:`Capture` at ``info.fps``.
+    ``live`` sources (cameras) pace themselves (``read`` blocks until the next frame). Other
+    sources are paced by :class:`Capture` at ``info.fps``.
     """
 
     live: bool
@@ -306,26 +308,24 @@ class TestPatternSource:
         pass
 
 
-def _fingerprint(frame: Frame) -> bytes:
-    # A real sensor never repeats a frame bit for bit; a sparse sample is enough to tell.
-    return bytes(frame[::17, ::13].tobytes())
-
-
 class Capture:
     """The capture thread: open the source, read, pace, detect a lost camera, reopen.
 
     Args:
         source: the source; used only on the capture thread.
-        on_frame: ``(frame, t_capture_ns)`` for each fresh frame (``time.perf_counter_ns``).
+        on_frame: ``(frame, t_capture_ns)`` for each frame (``clock``, by default
+            ``time.perf_counter_ns``).
         on_status: human-readable events: ``opened: ...``, ``camera lost: ...``,
             ``source failed: ...``, ``source ended``, and once, when the attempts are used up,
             ``giving up: ...`` (the same line as :attr:`error`).
-        lost_after_s: no fresh frame for this long means "camera lost".
+        lost_after_s: no frame for this long means "camera lost".
         max_open_attempts: opens to try before giving up, counting every open that failed or
             that delivered no fresh frame before the source was lost again; a fresh frame resets
             the count. ``None`` retries forever (the GUI, which shows the status). After giving
             up the thread ends with :attr:`failed` set and :attr:`error` holding the reason.
         backoff_s: waits (s) between attempts, the last one repeating.
+        clock: ``time.perf_counter_ns``-like clock (ns) that every frame time and every "time
+            without frames" is read from (tests pass a scripted one).
 
     Call :meth:`watch` periodically from another thread (the live runner does, every frame and
     every 0.25 s): it reports a read that blocks, which the capture thread itself cannot.
@@ -334,17 +334,19 @@ class Capture:
     def __init__(self, source: Source, on_frame: Callable[[Frame, int], None],
                  on_status: Callable[[str], None] = lambda s: None,
                  lost_after_s: float = LOST_AFTER_S, max_open_attempts: int | None = None,
-                 backoff_s: Sequence[float] = BACKOFF_S) -> None:
+                 backoff_s: Sequence[float] = BACKOFF_S,
+                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
         if max_open_attempts is not None and max_open_attempts < 1:
             raise ValueError(f"max_open_attempts must be >= 1 or None, not {max_open_attempts}")
         self.source, self.on_frame, self.on_status = source, on_frame, on_status
         self.lost_after_s = lost_after_s
         self.max_open_attempts = max_open_attempts
         self.backoff_s = tuple(backoff_s) or (0.0,)
+        self.clock = clock
         self.info: SourceInfo | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last_fresh_ns = time.perf_counter_ns()
+        self._last_fresh_ns = clock()
         self._lost_reported = False
         self._lock = threading.Lock()
         self._attempts = 0  # opens since the last fresh frame
@@ -360,7 +362,7 @@ class Capture:
 
     def start(self) -> None:
         self._stop.clear()
-        self._last_fresh_ns = time.perf_counter_ns()
+        self._last_fresh_ns = self.clock()
         self._thread = threading.Thread(target=self._run, name="livefuse-capture", daemon=True)
         self._thread.start()
 
@@ -390,11 +392,11 @@ class Capture:
         self.on_status(f"camera lost: {why}")
 
     def watch(self) -> None:
-        """Report "camera lost" when no fresh frame came for ``lost_after_s`` (from any thread)."""
+        """Report "camera lost" when no frame came for ``lost_after_s`` (from any thread)."""
         if self._stop.is_set() or self.ended or self.failed or self._thread is None \
                 or self.info is None:  # never opened: the open's own failures are reported
             return
-        idle = (time.perf_counter_ns() - self._last_fresh_ns) / 1e9
+        idle = (self.clock() - self._last_fresh_ns) / 1e9
         if idle >= self.lost_after_s:
             self._report_lost(f"no new frame for {idle:.1f} s")
 
@@ -427,7 +429,7 @@ class Capture:
                 if self._out_of_attempts() or self._sleep(self._backoff(retry)):
                     return False
                 continue
-            self._last_fresh_ns = time.perf_counter_ns()
+            self._last_fresh_ns = self.clock()
             self.on_status(f"opened: {self.info.description} {self.info.width}x"
                            f"{self.info.height} @ {self.info.fps:.3g} fps")
             return True
@@ -448,7 +450,6 @@ class Capture:
         assert self.info is not None
         period = 1.0 / self.info.fps if self.info.fps > 0 else 1 / 30
         next_due = time.perf_counter()
-        last_fp: bytes | None = None
         reopen = 0
         while not self._stop.is_set():
             if not self.source.live:
@@ -467,13 +468,8 @@ class Capture:
                 frame = None
             if self._stop.is_set():
                 return
-            now = time.perf_counter_ns()
-            fresh = frame is not None
-            if fresh and self.source.live:
-                fp = _fingerprint(frame)  # type: ignore[arg-type]
-                fresh, last_fp = fp != last_fp, fp
-            if fresh:
-                assert frame is not None
+            now = self.clock()
+            if frame is not None:
                 self._last_fresh_ns = now
                 if self._lost_reported:
                     with self._lock:
@@ -488,9 +484,8 @@ class Capture:
                 if self.source.live and self._sleep(0.01):
                     return
                 continue
-            why = "no frame" if frame is None else "the same frame repeats"
-            self._report_lost(why)
-            self._problem = f"{self.info.description}: opened, but {why} (camera lost)"
+            self._report_lost("no frame")
+            self._problem = f"{self.info.description}: opened, but no frame (camera lost)"
             try:
                 self.source.close()
             except Exception as exc:
@@ -500,7 +495,6 @@ class Capture:
             reopen += 1
             if not self._open():
                 return
-            last_fp = None
 
 
 __all__ = ["BACKOFF_S", "LOST_AFTER_S", "CameraError", "CameraSource", "Capture", "EndOfStream",

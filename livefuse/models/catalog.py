@@ -12,7 +12,7 @@ listed. The mask and enhancer rows (occluder, parser, enhancer) carry their own 
 names the public manifests its digest was read from in a comment, and ``layout`` records the
 graph's input/output contract as the projects that run the file use it.
 
-det_10g and w600k_r50 are members of InsightFace's own ``buffalo_l`` release zip, a
+det_10g, w600k_r50 and 2d106det are members of InsightFace's own ``buffalo_l`` release zip, a
 :class:`PackSpec` row in :data:`PACKS`: the downloader fetches that zip first (one download
 gives both) and tries a row's own ``urls`` (third-party mirrors) only when the zip fails.
 """
@@ -28,7 +28,8 @@ import platformdirs
 
 from livefuse.errors import LivefuseError
 
-Role = Literal["swapper", "detector", "recogniser", "occluder", "parser", "enhancer"]
+Role = Literal["swapper", "detector", "recogniser", "landmarker", "occluder", "parser",
+               "enhancer"]
 
 MODELS_DIR_ENV = "LIVEFUSE_MODELS_DIR"
 """Environment variable that overrides the models folder (a ``--models-dir`` flag wins over it)."""
@@ -53,8 +54,9 @@ class ModelSpec:
 
     Attributes:
         name: catalog name used on the command line (``livefuse models fetch NAME``).
-        role: ``swapper``, ``detector``, ``recogniser``, ``occluder`` (face-occlusion
-            segmenter), ``parser`` (face parser) or ``enhancer`` (face restorer).
+        role: ``swapper``, ``detector``, ``recogniser``, ``landmarker`` (dense landmarks for
+            the pose cache), ``occluder`` (face-occlusion segmenter), ``parser`` (face parser)
+            or ``enhancer`` (face restorer).
         filename: file name inside the models folder.
         urls: mirrors, tried in order.
         size: exact file size in bytes.
@@ -150,6 +152,30 @@ CATALOG: tuple[ModelSpec, ...] = (
         licence=INSIGHTFACE_LICENCE,
         input_size=(112, 112),
         pack="buffalo_l",
+    ),
+    ModelSpec(
+        # InsightFace's 106-point landmark model (alignment/coordinate_reg, MobileNet-0.5 backbone),
+        # buffalo_l's ``2d106det.onnx``: the neural engine's pose cache reads the mouth, the
+        # eyes and the head pose from it. Size and SHA-256 as pinned, identically, by several
+        # independent public manifests of the buffalo_l members (yakhyo/uniface's constants, the
+        # LivePortrait-based downloaders that list buffalo_l/2d106det.onnx, crappy-face-swap's
+        # README) and the insightface model-hash list of roop-style projects.
+        name="2d106det",
+        role="landmarker",
+        filename="2d106det.onnx",
+        urls=(
+            _HF_BUFFALO + "2d106det.onnx",
+            "https://huggingface.co/KwaiVGI/LivePortrait/resolve/main/insightface/models/"
+            "buffalo_l/2d106det.onnx",
+            "https://github.com/yakhyo/uniface/releases/download/weights/2d106det.onnx",
+        ),
+        size=5_030_888,
+        sha256="f001b856447c413801ef5c42091ed0cd516fcd21f2d6b79635b1e733a7109dbf",
+        licence=INSIGHTFACE_LICENCE,
+        input_size=(192, 192),
+        pack="buffalo_l",
+        layout="data (1, 3, 192, 192) RGB 0..255 (the graph normalises) -> fc1 (1, 212): "
+               "106 (x, y) in [-1, 1] of a crop 1.5x the bbox around its centre",
     ),
     # ---------------------------------------------------------------- masks and enhancers
     ModelSpec(
@@ -294,7 +320,7 @@ PACKS: tuple[PackSpec, ...] = (
         size=288_621_354,
         sha256="80ffe37d8a5940d59a7384c201a2a38d4741f2f3c51eef46ebb28218a7b0ca2f",
         licence=INSIGHTFACE_LICENCE,
-        members=("det_10g", "w600k_r50"),
+        members=("det_10g", "w600k_r50", "2d106det"),
     ),
 )
 

@@ -19,6 +19,7 @@ from livefuse.config import EngineConfig
 from livefuse.extras import install_hint
 from livefuse.faces.analyser import Analyser
 from livefuse.faces.insight import InsightAnalyser
+from livefuse.faces.landmarker import Landmarker, OrtLandmarker
 from livefuse.models.catalog import get_spec, models_dir
 from livefuse.models.download import ModelMissingError, require, status
 from livefuse.models.engine_choice import MASK_MODELS, core_models
@@ -35,14 +36,16 @@ INPUT_SIZE = 128
 
 @dataclass(frozen=True)
 class NeuralPaths:
-    """Model files of one neural engine: SCRFD detector, ArcFace recogniser, inswapper, and the
-    mask models when masks are on (``None``: the catalog's, when needed)."""
+    """Model files of one neural engine: SCRFD detector, ArcFace recogniser, inswapper, the
+    mask models when masks are on and the 106-point landmarker of the pose cache (``None``: the
+    catalog's, when needed)."""
 
     detector: Path
     recogniser: Path
     swapper: Path
     occluder: Path | None = None
     parser: Path | None = None
+    landmarker: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +242,38 @@ def build_masker(config: EngineConfig, device: str, backend: str,
                       config.face_mask_padding, occluder, parser, config.keep_mouth)
 
 
+def build_landmarker(config: EngineConfig, renderer: NeuralRenderer,
+                     paths: NeuralPaths | None = None) -> Landmarker | None:
+    """The pose cache's 106-point landmarker (insightface's 2d106det), on the renderer's device:
+    the ONNX-to-torch runner on the staged frame when the swap runs there, else onnxruntime.
+
+    Returns ``None`` (and logs a warning) when the catalog's file is not installed: the cache
+    then never reuses a neural face, since without landmarks its key cannot see the mouth.
+
+    Raises:
+        ModelVerifyError: the file is present but corrupt.
+        FaceModelError: it cannot be loaded or is not a 106-point landmark model.
+    """
+    path = paths.landmarker if paths is not None else None
+    if path is None:
+        d = models_dir(config.models_dir)
+        spec = get_spec("2d106det")
+        if status(spec, d) == "missing":
+            log.warning("2d106det is not installed (livefuse models fetch 2d106det): the pose "
+                        "cache cannot see the mouth and eyes, so it reuses no neural face")
+            return None
+        path = require(spec, d)
+    swapper = renderer.swapper
+    if swapper.on_device:
+        from livefuse.faces.landmarker import TorchLandmarker
+
+        return TorchLandmarker(path, swapper.device,
+                               "fp32" if swapper.precision == "fp32" else "fp16")
+    providers = ("CUDAExecutionProvider", "CPUExecutionProvider") \
+        if swapper.device.startswith("cuda") else ("CPUExecutionProvider",)
+    return OrtLandmarker(path, providers=providers)
+
+
 @dataclass(frozen=True)
 class StagePlan:
     """Where one stage of the neural frame path runs, and why (``livefuse doctor``)."""
@@ -286,6 +321,9 @@ def stage_plan(config: EngineConfig) -> list[StagePlan]:
                       "torch backend on CUDA: SCRFD runs on the frame already on the GPU"),
             StagePlan("recogniser", f"PyTorch on {device}, {precision}",
                       "once per source face (per frame only with --face-selector reference)"),
+            StagePlan("landmarker", f"PyTorch on {device}, {precision}",
+                      "2d106det on the tracked faces of the staged frame, with the pose cache "
+                      "on: it sees the mouth, the eyes and the head pose"),
             StagePlan("swapper", f"PyTorch port on {device}, {precision}, channels_last + "
                       f"{graph} + fused layers", why),
             StagePlan("paste-back", f"{device}: one CUDA graph per patch size; only the pasted "
@@ -301,6 +339,7 @@ def stage_plan(config: EngineConfig) -> list[StagePlan]:
     return [
         StagePlan("detector", ort, ort_why),
         StagePlan("recogniser", ort, ort_why),
+        StagePlan("landmarker", ort, ort_why + "; with the pose cache on"),
         StagePlan("swapper", swap_where,
                   fallback or ("the backend asked for" if backend == "onnxruntime" else
                                "torch backend without CUDA")),

@@ -1,0 +1,253 @@
+"""The neural engine's landmarker: insightface's 106-point model (``2d106det`` of buffalo_l) on
+the tracked faces, so the pose cache sees the mouth, the eyes and the head pose
+(:func:`livefuse.cache.pose_key`) as it does with the classic engine's 68 landmarks.
+
+What runs is what insightface's ``model_zoo/landmark.py`` (``Landmark.get``) does, for all faces
+of a frame at once:
+
+* the crop: a square of 1.5 times the bbox's longer side around the bbox centre, no rotation,
+  resampled to the model's input (192 px) with ``cv2.warpAffine`` (bilinear, black outside);
+* the input: RGB, ``(x - mean) / std`` with mean 0 and std 1 when the graph normalises its input
+  itself (a ``Sub``/``_minus`` and a ``Mul``/``_mul`` node among its first 8, or ``bn_data``
+  among its first 3: mxnet exports such as the released file), else 127.5 and 128;
+* the output: ``(212,)`` = 106 × (x, y) in [-1, 1] of the crop, mapped by ``(p + 1) * 96`` to
+  crop px and by the inverse crop affine back to frame px.
+
+Two runners, chosen once when the engine is built: :class:`TorchLandmarker` (the ``.onnx`` run
+by livefuse's ONNX-to-torch runner on the device that holds the staged frame, every face's crop
+cut there in one ``grid_sample``, one small read-back per frame) and :class:`OrtLandmarker`
+(onnxruntime on host crops, for the CPU, CoreML, DirectML and ORT-CUDA backends).
+
+Used on the inference thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from livefuse.faces.analyser import AnyFrame, host_frame
+from livefuse.faces.insight import FaceModelError, SessionFactory, _load, _ort_session
+from livefuse.faces.landmarks106 import COUNT
+from livefuse.types import Face, StagedFrame
+
+log = logging.getLogger(__name__)
+
+INPUT_SIZE = 192
+"""The released model's input side in px (insightface ``alignment/coordinate_reg``)."""
+CROP_SCALE = 1.5
+"""The crop's side in multiples of the bbox's longer side (insightface ``Landmark.get``)."""
+
+
+class Landmarker(Protocol):
+    """Adds landmarks to faces already found (the pose cache's expression and pose input)."""
+
+    def landmarks(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face]:
+        """``faces`` with ``landmarks_106`` filled in (``(106, 2) float32`` frame px), all faces
+        in one batch; same order, every other field kept."""
+        ...
+
+
+def crop_affine(bbox: npt.ArrayLike, size: int = INPUT_SIZE) -> npt.NDArray[np.float64]:
+    """The ``(2, 3)`` affine frame px → crop px of insightface's landmark crop for ``bbox``
+    (x1, y1, x2, y2): centre on the bbox centre, scale ``size / (1.5 · longer side)``."""
+    x1, y1, x2, y2 = (float(v) for v in np.asarray(bbox, np.float64).reshape(4))
+    s = size / (max(x2 - x1, y2 - y1, 1e-6) * CROP_SCALE)
+    cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+    return np.array([[s, 0.0, size / 2 - s * cx], [0.0, s, size / 2 - s * cy]], np.float64)
+
+
+def decode(pred: npt.ArrayLike, affines: npt.NDArray[np.float64],
+           size: int = INPUT_SIZE) -> npt.NDArray[np.float32]:
+    """Network output ``(N, 212)`` (x, y in [-1, 1] of the crop) → ``(N, 106, 2) float32``
+    frame px, through the inverse of each face's crop affine ``(N, 2, 3)``."""
+    p = np.asarray(pred, np.float64).reshape(len(affines), -1, 2)[:, -COUNT:]
+    p = (p + 1.0) * (size // 2)
+    out = np.empty(p.shape, np.float32)
+    for i, m in enumerate(affines):
+        inv = cv2.invertAffineTransform(m)
+        out[i] = p[i] @ inv[:, :2].T + inv[:, 2]
+    return out
+
+
+def input_normalisation(node_names: Sequence[str]) -> tuple[float, float]:
+    """``(mean, std)`` of the input, by insightface's test on the graph's first node names
+    (``Landmark.__init__``): ``(0, 1)`` when the graph normalises itself, else ``(127.5, 128)``."""
+    first = list(node_names[:8])
+    sub = any(n.startswith(("Sub", "_minus")) for n in first)
+    mul = any(n.startswith(("Mul", "_mul")) for n in first)
+    if "bn_data" in first[:3]:
+        sub = mul = True
+    return (0.0, 1.0) if sub and mul else (127.5, 128.0)
+
+
+def _check_output(path: Path, points2: int | None) -> None:
+    if points2 != 2 * COUNT:
+        raise FaceModelError(path, f"output of {points2} values per face: not insightface's "
+                             f"2-d {COUNT}-point landmark model (2d106det gives {2 * COUNT})")
+
+
+def _with_landmarks(faces: Sequence[Face], lms: npt.NDArray[np.float32]) -> list[Face]:
+    return [replace(f, landmarks_106=lm) for f, lm in zip(faces, lms, strict=True)]
+
+
+class OrtLandmarker:
+    """The 106-point landmarker on onnxruntime (host crops; faces one by one when the file's
+    batch dimension is fixed, as the released one's is).
+
+    Args:
+        path: the ``2d106det.onnx`` file.
+        providers: onnxruntime execution providers in priority order.
+        session_factory: ``(path, providers) -> InferenceSession`` (tests).
+
+    Raises:
+        FaceModelError: the file is missing, unreadable or not a 106-point landmark model.
+    """
+
+    def __init__(self, path: str | Path, providers: Sequence[str] = ("CPUExecutionProvider",),
+                 session_factory: SessionFactory = _ort_session) -> None:
+        import onnx
+
+        self.path = Path(path)
+        self.session = _load(self.path, providers, session_factory)
+        try:
+            nodes = [n.name for n in onnx.load(str(self.path), load_external_data=False)
+                     .graph.node[:8]]
+        except Exception as exc:  # protobuf's own errors
+            raise FaceModelError(self.path, f"{type(exc).__name__}: {exc}") from exc
+        self.input_mean, self.input_std = input_normalisation(nodes)
+        inp = self.session.get_inputs()[0]
+        self.input_name = inp.name
+        side = inp.shape[2] if len(inp.shape) == 4 and isinstance(inp.shape[2], int) else None
+        self.input_size = int(side or INPUT_SIZE)
+        self.batched = not isinstance(inp.shape[0], int)
+        outs = self.session.get_outputs()
+        dim = outs[0].shape[1] if len(outs) == 1 and len(outs[0].shape) == 2 else None
+        _check_output(self.path, dim if isinstance(dim, int) else None)
+
+    def _blob(self, host: npt.NDArray[np.uint8], m: npt.NDArray[np.float64]) -> Any:
+        s = self.input_size
+        crop = cv2.warpAffine(host, m, (s, s), borderValue=0.0)
+        return cv2.dnn.blobFromImage(crop, 1.0 / self.input_std, (s, s),
+                                     (self.input_mean,) * 3, swapRB=True)
+
+    def landmarks(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face]:
+        if not faces:
+            return []
+        host = host_frame(frame)
+        affines = np.stack([crop_affine(f.bbox, self.input_size) for f in faces])
+        blobs = [self._blob(host, m) for m in affines]
+        if self.batched:
+            pred = self.session.run(None, {self.input_name: np.concatenate(blobs)})[0]
+        else:
+            pred = np.concatenate([self.session.run(None, {self.input_name: b})[0]
+                                   for b in blobs])
+        return _with_landmarks(faces, decode(pred, affines, self.input_size))
+
+
+class TorchLandmarker:
+    """The 106-point landmarker in PyTorch on the device that holds the frame: every face's crop
+    in one ``grid_sample`` of the staged frame, one network run (one per face when the export
+    fixes its batch at 1 inside the graph), one read-back of ``(N, 212)``.
+
+    Args:
+        path: the ``2d106det.onnx`` file, run by :class:`~livefuse.models.onnx_torch.OnnxModule`.
+        device: ``cuda[:N]``, or ``cpu`` (tests).
+        precision: ``fp32``, ``fp16`` or ``bf16`` (the network; crops and decoding float32).
+
+    Raises:
+        FaceModelError: the file is missing, unreadable, a node cannot run, or it is not a
+            106-point landmark model.
+    """
+
+    def __init__(self, path: str | Path, device: str = "cpu", precision: str = "fp32") -> None:
+        import torch
+
+        from livefuse.faces.arcface_torch import open_image_net
+        from livefuse.models.onnx_torch import OnnxModelError, precision_dtype
+
+        self.path = Path(path)
+        self.device = torch.device(device)
+        self.precision = precision
+        self.dtype = precision_dtype(precision)
+        if not self.path.is_file():
+            raise FaceModelError(self.path, "no such file (run `livefuse models fetch NAME`)")
+        net, side = open_image_net(self.path, "a landmark model")
+        self.input_size = int(side or INPUT_SIZE)
+        self.input_mean, self.input_std = input_normalisation(net.node_names)
+        try:
+            out = net.output_shapes((1, 3, self.input_size, self.input_size))[0]
+        except OnnxModelError as exc:
+            raise FaceModelError(self.path, exc.problem) from exc
+        _check_output(self.path, int(out[1]) if len(out) == 2 else None)
+        s = self.input_size
+        try:  # an export may fix its batch of 1 in a Reshape: then faces go one at a time
+            self.batched = net.output_shapes((2, 3, s, s))[0] == (2, 2 * COUNT)
+        except OnnxModelError:
+            self.batched = False
+        self.net = net.to(self.device, self.dtype).eval()
+
+    def _frame_tensor(self, frame: AnyFrame) -> Any:
+        import torch
+
+        if isinstance(frame, StagedFrame) and frame.device is not None:
+            return frame.device
+        return torch.from_numpy(np.ascontiguousarray(host_frame(frame))).to(self.device)
+
+    def landmarks(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face]:
+        import torch
+
+        from livefuse.faces.arcface_torch import warp_crops
+
+        if not faces:
+            return []
+        affines = np.stack([crop_affine(f.bbox, self.input_size) for f in faces])
+        with torch.inference_mode():
+            frame_t = self._frame_tensor(frame)
+            m = torch.from_numpy(affines.astype(np.float32)).to(frame_t.device)
+            crops = warp_crops(frame_t, m, self.input_size)  # RGB, whole levels, like warpAffine
+            x = (crops - self.input_mean) / self.input_std
+            pred = self._run(x.to(self.dtype)).float().cpu().numpy()  # the one read-back
+            if not np.isfinite(pred).all() and self.dtype != torch.float32:
+                # the precision guard: a reduced-precision overflow is undone in fp32, and the
+                # landmarker stays there (as the swapper does)
+                log.warning("2d106det gave non-finite landmarks in %s: fp32 from now on",
+                            self.precision)
+                from livefuse.models.onnx_torch import OnnxModule
+
+                # from the file: the reduced-precision copy has lost the weights' low bits
+                self.net = OnnxModule(self.path).to(self.device, torch.float32).eval()
+                self.dtype, self.precision = torch.float32, "fp32 (fallback)"
+                pred = self._run(x).float().cpu().numpy()
+        return _with_landmarks(faces, decode(pred, affines, self.input_size))
+
+    def _run(self, x: Any) -> Any:
+        import torch
+
+        if self.batched or x.shape[0] == 1:
+            return self.net(x)[0]
+        return torch.cat([self.net(x[i:i + 1])[0] for i in range(x.shape[0])])
+
+
+def landmarks_of(landmarker: Landmarker | None, frame: AnyFrame,
+                 faces: Sequence[Face]) -> list[Face]:
+    """``faces`` with landmarks from ``landmarker`` for those that lack any (a face that has the
+    classic engine's 68 landmarks keeps them); unchanged without a landmarker."""
+    todo = [i for i, f in enumerate(faces) if f.landmarks is None]
+    if landmarker is None or not todo:
+        return list(faces)
+    out = list(faces)
+    for i, f in zip(todo, landmarker.landmarks(frame, [faces[i] for i in todo]), strict=True):
+        out[i] = f
+    return out
+
+
+__all__ = ["CROP_SCALE", "INPUT_SIZE", "Landmarker", "OrtLandmarker", "TorchLandmarker",
+           "crop_affine", "decode", "input_normalisation", "landmarks_of"]

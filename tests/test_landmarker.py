@@ -1,0 +1,288 @@
+"""The 106-point landmarker (insightface's 2d106det) against insightface's own ``Landmark`` class,
+differentially, on a random-weight replica of the released architecture and real photos."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import torch
+from insightface.model_zoo.landmark import Landmark
+from replica_models import arcface_replica, landmark_replica
+
+from livefuse.cache import pose_key, similarity
+from livefuse.faces.insight import FaceModelError
+from livefuse.faces.landmarker import (
+    OrtLandmarker,
+    TorchLandmarker,
+    crop_affine,
+    input_normalisation,
+    landmarks_of,
+)
+from livefuse.imaging import load_image
+from livefuse.testing.face_points import face_points_106, kps_of_106
+from livefuse.testing.replica_landmark import build_landmark106_replica
+from livefuse.types import Face, StagedFrame
+
+CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture(scope="module")
+def replica() -> Path:
+    return landmark_replica()
+
+
+@pytest.fixture(scope="module")
+def photo_faces(t1_path: Path, analyser: Any) -> tuple[np.ndarray, list[Face]]:
+    img = load_image(t1_path).bgr
+    faces = analyser.detect(img)
+    assert len(faces) == 6
+    # one face half out of the frame: the crop's black border must match too
+    edge = Face(bbox=np.array([-40, 500, 60, 620], np.float32), kps=faces[0].kps)
+    return img, [*faces, edge]
+
+
+class _Obj(dict):  # type: ignore[type-arg]
+    """insightface's Face is a dict with attributes; Landmark.get reads ``bbox`` and writes a
+    key."""
+
+    def __init__(self, bbox: np.ndarray) -> None:
+        super().__init__()
+        self.bbox = bbox
+
+
+def _insightface(path: Path, img: np.ndarray, faces: list[Face]) -> np.ndarray:
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ref = Landmark(model_file=str(path), session=session)
+    assert (ref.input_mean, ref.input_std, ref.lmk_num) == (0.0, 1.0, 106)
+    return np.stack([ref.get(img, _Obj(f.bbox.astype(np.float64))) for f in faces])
+
+
+def test_replica_has_the_released_signature(replica: Path) -> None:
+    proto = onnx.load(str(replica))
+    assert [i.name for i in proto.graph.input] == ["data"]
+    assert [o.name for o in proto.graph.output] == ["fc1"]
+    dims = [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [1, 3, 192, 192]
+    assert 4.5e6 < replica.stat().st_size < 6e6  # the released file: 5,030,888 B
+    assert input_normalisation([n.name for n in proto.graph.node]) == (0.0, 1.0)
+
+
+def test_onnxruntime_landmarks_equal_insightface(replica: Path,
+                                                 photo_faces: tuple[np.ndarray, list[Face]]
+                                                 ) -> None:
+    img, faces = photo_faces
+    ref = _insightface(replica, img, faces)
+    got = OrtLandmarker(replica).landmarks(img, faces)
+    out = np.stack([f.landmarks_106 for f in got])  # type: ignore[misc]
+    assert np.abs(out - ref).max() < 1e-3
+    # the landmarks depend on the picture (a degenerate replica would prove nothing)
+    rel = ref - ref.mean(1, keepdims=True)
+    assert np.abs(rel[0] - rel[1]).max() > 1.0
+    for f, g in zip(faces, got, strict=True):  # every other field kept
+        assert g.bbox is f.bbox and g.kps is f.kps and g.landmarks is f.landmarks
+
+
+def test_torch_runner_equals_insightface_on_the_cpu(replica: Path,
+                                                    photo_faces: tuple[np.ndarray, list[Face]]
+                                                    ) -> None:
+    """One batch of all faces, crops cut by grid_sample: within 0.1 px of insightface (whose
+    crop is cv2.warpAffine's fixed-point bilinear)."""
+    img, faces = photo_faces
+    ref = _insightface(replica, img, faces)
+    got = TorchLandmarker(replica, "cpu").landmarks(StagedFrame(host=img), faces)
+    out = np.stack([f.landmarks_106 for f in got])  # type: ignore[misc]
+    assert np.abs(out - ref).max() < 0.1
+
+
+def test_a_batched_export_gives_the_same_landmarks(replica: Path, tmp_path: Path,
+                                                   photo_faces: tuple[np.ndarray, list[Face]]
+                                                   ) -> None:
+    img, faces = photo_faces
+    batched = build_landmark106_replica(tmp_path / "b.onnx", batch=None)
+    one = OrtLandmarker(replica)
+    many = OrtLandmarker(batched)
+    assert many.batched and not one.batched
+    a = np.stack([f.landmarks_106 for f in one.landmarks(img, faces)])  # type: ignore[misc]
+    b = np.stack([f.landmarks_106 for f in many.landmarks(img, faces)])  # type: ignore[misc]
+    assert np.abs(a - b).max() < 1e-3
+
+
+def test_a_graph_that_runs_one_image_at_a_time_gets_faces_one_by_one(
+        tmp_path: Path, photo_faces: tuple[np.ndarray, list[Face]]) -> None:
+    """An export whose Reshape fixes the batch at 1 (the released file's internals are not
+    published): the torch runner sees that when it plans a batch of 2 and runs faces singly."""
+    img, faces = photo_faces
+    fixed = build_landmark106_replica(tmp_path / "fixed.onnx", fixed_reshape=True)
+    runner = TorchLandmarker(fixed)
+    assert not runner.batched and TorchLandmarker(landmark_replica()).batched
+    got = np.stack([f.landmarks_106 for f in runner.landmarks(img, faces[:3])])  # type: ignore[misc]
+    assert np.abs(got - _insightface(fixed, img, faces[:3])).max() < 0.1
+
+
+def test_input_normalisation_is_insightfaces_test(replica: Path, tmp_path: Path) -> None:
+    """A graph without in-graph normalisation is fed (x - 127.5) / 128, as insightface does."""
+    proto = onnx.load(str(replica))
+    for node in proto.graph.node[:4]:
+        node.name = f"plain_{node.op_type}"
+    plain = tmp_path / "plain.onnx"
+    onnx.save(proto, str(plain))
+    ref = Landmark(model_file=str(plain), session=onnxruntime.InferenceSession(
+        str(plain), providers=["CPUExecutionProvider"]))
+    for runner in (OrtLandmarker(plain), TorchLandmarker(plain)):
+        assert (runner.input_mean, runner.input_std) == (ref.input_mean, ref.input_std) == \
+            (127.5, 128.0)
+    assert input_normalisation(["bn_data", "conv0"]) == (0.0, 1.0)
+
+
+def test_crop_is_insightfaces_transform() -> None:
+    from insightface.utils import face_align
+
+    bbox = np.array([100.0, 50.0, 180.0, 170.0])
+    scale = 192 / (120 * 1.5)
+    _, m = face_align.transform(np.zeros((300, 300, 3), np.uint8), (140.0, 110.0), 192, scale, 0)
+    np.testing.assert_allclose(crop_affine(bbox), m, atol=1e-9)
+
+
+@pytest.mark.parametrize("make", ["ort", "torch"])
+def test_bad_files_name_the_file(tmp_path: Path, make: str) -> None:
+    cls = OrtLandmarker if make == "ort" else TorchLandmarker
+    with pytest.raises(FaceModelError, match="no such file"):
+        cls(tmp_path / "missing.onnx")
+    with pytest.raises(FaceModelError, match=r"w600k_r50\.onnx.*not insightface's 2-d 106"):
+        cls(arcface_replica())
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a model")
+    with pytest.raises(FaceModelError, match=r"junk\.onnx"):
+        cls(junk)
+
+
+def test_faces_with_68_landmarks_are_left_alone(replica: Path,
+                                                photo_faces: tuple[np.ndarray, list[Face]]
+                                                ) -> None:
+    img, faces = photo_faces
+    out = landmarks_of(OrtLandmarker(replica), img, faces)
+    assert all(f.landmarks_106 is None for f in out[:6])  # dlib's 68 already tell the key
+    assert out[6].landmarks_106 is not None
+    assert landmarks_of(None, img, faces) == list(faces)
+
+
+# -- the key from 106 points ---------------------------------------------------------------------
+
+def _face(points: np.ndarray, kps: np.ndarray | None = None) -> Face:
+    lo, hi = points.min(0), points.max(0)
+    return Face(bbox=np.concatenate([lo, hi]).astype(np.float32),
+                kps=kps_of_106(points) if kps is None else kps, landmarks_106=points)
+
+
+def test_106_key_ignores_the_similarity_transform_and_sees_the_expression() -> None:
+    frame = np.full((480, 640, 3), 128, np.uint8)
+    a = pose_key(frame, _face(face_points_106(300, 200, 80)))
+    b = pose_key(frame, _face(face_points_106(340, 230, 104, angle_deg=20)))
+    assert np.abs(a.shape - b.shape).max() < 1e-3
+    assert abs(a.mouth_open - b.mouth_open) < 1e-6 and abs(a.eye_open - b.eye_open) < 1e-6
+    # the same head pose (solvePnP's perspective moves it a little off the frame's centre)
+    assert abs(a.yaw - b.yaw) < 5 and abs(a.pitch - b.pitch) < 5 and abs(b.roll - a.roll) > 10
+    assert a.sees_expression and similarity(a, b) > 0.95
+    opened = pose_key(frame, _face(face_points_106(300, 200, 80, mouth_gap=0.27)))
+    assert opened.mouth_open - a.mouth_open == pytest.approx(0.3, abs=1e-6)  # gap / width
+    closed = pose_key(frame, _face(face_points_106(300, 200, 80, eye_open=0.05)))
+    assert a.eye_open - closed.eye_open == pytest.approx(0.32 - 0.05, abs=1e-6)
+    assert similarity(a, opened) < 0.1 and similarity(a, closed) < 0.1
+
+
+def test_106_key_reads_the_eyes_by_the_kps_not_the_index_order() -> None:
+    """Which of the two eye regions is the image-left eye is taken from the detector's kps
+    (image-left eye first), so a mirrored face (the regions swapped) gives the mirrored key."""
+    frame = np.full((480, 640, 3), 128, np.uint8)
+    pts = face_points_106(320, 200, 80, mouth_gap=0.1)
+    mirrored = pts.copy()
+    mirrored[:, 0] = 640 - mirrored[:, 0]  # the same face seen in a mirror
+    kps = kps_of_106(mirrored)[[1, 0, 2, 4, 3]]  # a detector's order: image-left eye first
+    a, b = pose_key(frame, _face(pts)), pose_key(frame, _face(mirrored, kps))
+    assert b.sees_expression
+    assert abs(a.mouth_open - b.mouth_open) < 1e-6 and abs(a.eye_open - b.eye_open) < 1e-6
+    assert abs(a.yaw + b.yaw) < 1 and abs(a.pitch - b.pitch) < 1
+
+
+def test_106_key_sees_a_turned_head() -> None:
+    frame = np.full((480, 640, 3), 128, np.uint8)
+    pts = face_points_106(300, 200, 80)
+    turned = pts.copy()  # squash the image-right half: the head turns towards the right
+    cx = float(pts[:, 0].mean())
+    right = turned[:, 0] > cx
+    turned[right, 0] = cx + (turned[right, 0] - cx) * math.cos(math.radians(35))
+    a, b = pose_key(frame, _face(pts)), pose_key(frame, _face(turned))
+    assert abs(a.yaw - b.yaw) > 5 and similarity(a, b) < 0.8
+
+
+# -- the device runner -----------------------------------------------------------------------------
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_torch_runner_on_the_staged_device_frame(replica: Path, precision: str,
+                                                 photo_faces: tuple[np.ndarray, list[Face]]
+                                                 ) -> None:
+    """On CUDA, from the staged device frame (no host copy used): as insightface within 0.1 px
+    (fp32) or 0.5 px (fp16)."""
+    img, faces = photo_faces
+    ref = _insightface(replica, img, faces)
+    device = torch.from_numpy(img).cuda()
+    staged = StagedFrame(host=np.zeros_like(img), device=device)  # a wrong host copy: unused
+    got = TorchLandmarker(replica, "cuda", precision).landmarks(staged, faces)
+    out = np.stack([f.landmarks_106 for f in got])  # type: ignore[misc]
+    assert np.abs(out - ref).max() < (0.1 if precision == "fp32" else 0.5)
+
+
+def test_crop_matches_warp_affine_on_a_real_photo(photo_faces: tuple[np.ndarray, list[Face]]
+                                                  ) -> None:
+    from livefuse.faces.arcface_torch import warp_crops
+
+    img, faces = photo_faces
+    m = crop_affine(faces[1].bbox)
+    ref = cv2.warpAffine(img, m, (192, 192), borderValue=0.0)[..., ::-1]
+    got = warp_crops(torch.from_numpy(img), torch.from_numpy(m[None].astype(np.float32)), 192)
+    diff = np.abs(got[0].permute(1, 2, 0).numpy() - ref.astype(np.float32))
+    assert diff.mean() < 0.5 and diff.max() <= 8
+
+
+def test_non_finite_landmarks_fall_back_to_fp32(replica: Path,
+                                                photo_faces: tuple[np.ndarray, list[Face]]
+                                                ) -> None:
+    """A reduced-precision overflow never reaches the cache key: the batch is run again in
+    fp32 and the landmarker stays there."""
+    img, faces = photo_faces
+    lm = TorchLandmarker(replica, "cpu", "bf16")
+    real = lm.net.forward
+
+    def overflowing(x: torch.Tensor) -> Any:
+        out = real(x)
+        return [o.fill_(float("nan")) for o in out] if x.dtype == torch.bfloat16 else out
+
+    lm.net.forward = overflowing  # type: ignore[method-assign]
+    got = lm.landmarks(img, faces[:2])
+    assert lm.precision == "fp32 (fallback)" and lm.dtype == torch.float32
+    assert all(np.isfinite(f.landmarks_106).all() for f in got)  # type: ignore[arg-type]
+    ref = _insightface(replica, img, faces[:2])
+    assert np.abs(np.stack([f.landmarks_106 for f in got]) - ref).max() < 0.1  # type: ignore[misc]
+
+
+def test_a_broken_key_never_hits() -> None:
+    frame = np.full((480, 640, 3), 128, np.uint8)
+    pts = face_points_106(300, 200, 80)
+    good = pose_key(frame, _face(pts))
+    nan = pts.copy()
+    nan[60] = np.nan
+    broken = pose_key(frame, Face(bbox=_face(pts).bbox, kps=kps_of_106(pts), landmarks_106=nan))
+    assert not broken.sees_expression  # read as a face without landmarks: never reused
+    assert similarity(good, broken) == 0.0
+    # and a key whose numbers are broken matches nothing, itself included
+    bad = replace(good, mouth_open=float("nan"))
+    assert similarity(bad, bad) == 0.0 and similarity(good, bad) == 0.0

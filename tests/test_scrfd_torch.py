@@ -92,7 +92,7 @@ def test_resize_is_cv2_resize_bit_for_bit(hw: tuple[int, int]) -> None:
 def test_detector_input_is_insightfaces(name: str) -> None:
     d = _detector("fp32")
     frame = _frames()[name]
-    scale = d._letterbox(torch.from_numpy(frame))
+    scale = d._letterbox(torch.from_numpy(frame), d._make_taps(frame.shape[:2]))
     torch.testing.assert_close(d._input, detector_input(frame), atol=0, rtol=0)
     assert scale == pytest.approx(letterbox_size(frame.shape[:2], (640, 640))[2])
 
@@ -433,3 +433,63 @@ def test_cuda_graphs_follow_frame_size_changes() -> None:
         for fa, fb in zip(a, b, strict=True):
             np.testing.assert_allclose(fa.kps, fb.kps, atol=1e-3)
         assert len(graph._frames) <= 4
+
+
+# ----------------------------------------------------------------------------------- graph cache
+
+def _sized_block_frame(h: int, w: int) -> np.ndarray:
+    """A white block over detector cell (5, 5) of the letterboxed ``w``×``h`` frame."""
+    s = min(640 / w, 640 / h)
+    frame = np.zeros((h, w, 3), np.uint8)
+    a, b = int(5 * 32 / s), int(np.ceil(6 * 32 / s))
+    frame[a:b, a:b] = 255
+    return frame
+
+
+def test_graph_entries_keep_taps_frame_and_graphs_together(tmp_path: Path) -> None:
+    """Issue 17 item 3: the resize taps, the static frame and the graphs of a frame size are one
+    graph-cache entry, evicted together. Ten sizes, recurring, with every evicted entry's memory
+    overwritten (the CPU stand-in of a freed device buffer reused): the graph path's answers
+    equal the eager detector's every time, full frames and tracked regions alike."""
+    from livefuse.faces.scrfd_torch import FRAME_BUFFERS
+    from livefuse.models.graph_cache import EagerGraphs, GraphCache
+
+    path = build_scrfd(tmp_path / "det.onnx")
+    backend = EagerGraphs()
+    graphed = TorchScrfd(path, graphs=GraphCache(backend, FRAME_BUFFERS, capture_after=1))
+    eager = TorchScrfd(path)
+    sizes = [(1080, 1920), (720, 1280), (480, 640), (600, 800), (540, 960), (576, 1024),
+             (700, 700), (900, 300), (333, 517), (1000, 1500)]
+    # the stream's size between nine others, then again: with the taps kept apart (evicted
+    # at 8 sizes) and the graphs by use (at 4), the stream's graph outlived its taps here
+    order = [hw for other in sizes[1:] for hw in (sizes[0], other)] + sizes[:1] + sizes[::-1]
+    for h, w in order:
+        frame = torch.from_numpy(_sized_block_frame(h, w))
+        a, b = graphed.detect_faces(frame), eager.detect(frame).to_faces()
+        assert len(a) == len(b) >= 1, (h, w)
+        for fa, fb in zip(a, b, strict=True):
+            np.testing.assert_allclose(fa.kps, fb.kps, atol=1e-4)
+            np.testing.assert_allclose(fa.bbox, fb.bbox, atol=1e-4)
+        x0, y0, x1, y1 = (float(v) for v in b[0].bbox)
+        rects = [(x0 - 40, y0 - 40, x1 + 40, y1 + 40)]
+        for ra, rb in zip(graphed.detect_regions(frame, rects, 96),
+                          eager.detect_regions(frame, rects, 96), strict=True):
+            assert (ra is None) == (rb is None)
+            if ra is not None and rb is not None:
+                np.testing.assert_allclose(ra.kps.numpy(), rb.kps.numpy(), atol=1e-4)
+        assert graphed._graphs is not None and len(graphed._graphs.keys) <= FRAME_BUFFERS
+    assert graphed._graphs.evictions >= 10 and backend.freed > 0
+
+
+def test_a_one_off_frame_size_runs_eagerly(block_detector: TorchScrfd, tmp_path: Path) -> None:
+    """A size met once (a source photo) gets no graphs and evicts nothing; the stream's own
+    size keeps its entry."""
+    from livefuse.models.graph_cache import EagerGraphs, GraphCache
+
+    d = TorchScrfd(block_detector.path, graphs=GraphCache(EagerGraphs(), 4, capture_after=2))
+    live = torch.from_numpy(_sized_block_frame(720, 1280))
+    for _ in range(3):
+        d.detect_faces(live)
+    for h, w in ((512, 512), (600, 450), (333, 517), (1000, 800), (640, 480)):
+        d.detect_faces(torch.from_numpy(_sized_block_frame(h, w)))
+    assert d._graphs is not None and d._graphs.keys == ((720, 1280),)

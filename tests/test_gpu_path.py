@@ -130,30 +130,8 @@ def test_enhancer_on_the_device_with_the_cache(paths: NeuralPaths, tmp_path: Pat
 def test_align_and_paste_graphs_equal_the_eager_functions() -> None:
     """The CUDA graphs of the align and the paste (bound to one work frame, replayed as faces
     move, grow and overlap) write exactly what the eager functions write."""
-    from livefuse.faces.align import arcface_affine
-    from livefuse.swap.gpu_frame import FrameGraphs, align_crops, paste_patches
-    from livefuse.swap.paste import feather_mask
-    from livefuse.testing.synthetic import face_kps
-    from livefuse.types import Patch
+    from graph_scenes import align_and_paste_scene
 
-    rng = np.random.default_rng(7)
-    base = torch.from_numpy(rng.integers(0, 256, (720, 1280, 3), dtype=np.uint8)).cuda()
-    graphs = FrameGraphs(torch.device("cuda"))
-    work = torch.empty_like(base)
-    mask = torch.from_numpy(np.array(feather_mask(128))).cuda()
-    calls = 0
-    for step in range(6):
-        affines = [arcface_affine(face_kps(300 + 7 * step, 300, 60 + 3 * step, 2.0 * step)),
-                   arcface_affine(face_kps(340 + 5 * step, 330, 70, -10.0)),  # overlaps
-                   arcface_affine(face_kps(1270, 700 - step, 50, 0.0))]  # partly outside
-        work.copy_(base)
-        crops_g = align_crops(work, affines, graphs=graphs).clone()
-        torch.testing.assert_close(crops_g, align_crops(base, affines), atol=0, rtol=0)
-        patches = [Patch(image=torch.rand(3, 128, 128, device="cuda").half(), alpha=mask,
-                         affine=m) for m in affines]
-        eager = base.clone()
-        rois = paste_patches(eager, patches)
-        assert paste_patches(work, patches, graphs=graphs) == rois
-        calls += 2
-        assert torch.equal(work, eager), step
-    assert graphs.captures < calls  # moving faces replayed graphs already captured
+    from livefuse.models.graph_cache import CudaGraphs, GraphCache
+
+    align_and_paste_scene(GraphCache(CudaGraphs("cuda")), "cuda")

@@ -9,6 +9,7 @@ answer here, where on a GPU it might replay correctly by luck.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -134,3 +135,51 @@ def test_bucket_and_ladder() -> None:
     assert bucket(1, steps) == 64 and bucket(64, steps) == 64 and bucket(65, steps) == 96
     assert bucket(steps[-1] + 1, steps) % steps[-1] == 0
     assert bucket(3, (1, 2, 4, 8)) == 4
+
+
+def test_the_swapper_graphs_on_the_cpu(tmp_path: Path) -> None:
+    """TorchRunner's graph path (one entry per batch size: the static input and its graph)
+    equals its eager path, and a batch size is captured once."""
+    from livefuse.models.inswapper_torch import load_inswapper_onnx
+    from livefuse.models.torch_runner import TorchRunner
+    from livefuse.testing.synthetic import build_synthetic_inswapper
+
+    loaded = load_inswapper_onnx(build_synthetic_inswapper(tmp_path / "s.onnx", width=4))
+    cache = _cache()
+    graphed = TorchRunner(loaded, "cpu", "fp32", tf32=True, graphs=cache)
+    eager = TorchRunner(loaded, "cpu", "fp32", tf32=True)
+    latent = torch.nn.functional.normalize(torch.randn(1, 512), dim=1)
+    for n in (1, 3, 1, 3):
+        x = torch.rand(n, 3, 128, 128)
+        torch.testing.assert_close(graphed.infer_tensor(x, latent).clone(),
+                                   eager.infer_tensor(x, latent), atol=1e-5, rtol=0)
+    assert cache.captures == 2 and set(cache.keys) == {1, 3}
+
+
+@pytest.mark.parametrize("wh", [(1920, 1080), (1280, 720), (640, 480), (1080, 1920)])
+def test_the_warm_up_sweep_meets_every_bucket(wh: tuple[int, int]) -> None:
+    """The engine's warm-up pastes one square per paste-box bucket of the frame and tracks faces
+    at every size the tracker rounds to a region size, so no later frame meets a new graph."""
+    from livefuse.engine import _boxed, _face_sides, _warm_boxes, _warm_faces
+    from livefuse.faces.insight import TRACK_CONTEXT
+    from livefuse.faces.insight_torch import REGION_SIZES
+    from livefuse.swap.gpu_frame import BOX_SIDES, paste_box
+    from livefuse.swap.paste import patch_roi
+    from livefuse.types import Patch
+
+    w, h = wh
+    patch = Patch(image=np.zeros((128, 128, 3), np.uint8), alpha=np.ones((128, 128), np.float32),
+                  affine=np.eye(2, 3))
+    swept = set()
+    for side in _warm_boxes(w, h):
+        moved = _boxed(patch, side, w, h)
+        assert moved is not None
+        swept.add(paste_box([patch_roi(moved.affine, (128, 128), (h, w, 3))], (w, h), True))
+    every = {(min(b, w), min(b, h)) for b in BOX_SIDES}
+    assert swept == every
+    scale = min(640 / w, 640 / h)  # the detector's full-pass scale (det_size 640)
+    met = {min(REGION_SIZES, key=lambda s, want=TRACK_CONTEXT * side * scale: abs(s - want))
+           for side in _face_sides(h)}
+    assert met == set(REGION_SIZES)
+    faces = _warm_faces(4, 200.0, w, h)
+    assert len(faces) == 4 and all(abs(f.width - 200.0) < 1e-3 for f in faces)

@@ -398,18 +398,54 @@ class FrameStager:
         if staged.ready is not None:
             torch.cuda.current_stream(staged.device.device).wait_event(staged.ready)
             staged.ready = None
-        if staged.graphs is not None:
-            return
-        owner = self.graphs.owner(tuple(staged.device.shape))
-        work = owner.buffer("frame", tuple(staged.device.shape), torch.uint8)
-        work.copy_(staged.device)
-        staged.device = work
-        staged.graphs = owner
+        _to_work_frame(self.graphs, staged)
+
+
+def _to_work_frame(graphs: GraphCache, staged: StagedFrame) -> None:
+    """Copy ``staged.device`` into its size's static work frame and point ``staged`` at it."""
+    import torch
+
+    if staged.graphs is not None:
+        return
+    owner = graphs.owner(tuple(staged.device.shape))
+    work = owner.buffer("frame", tuple(staged.device.shape), torch.uint8)
+    work.copy_(staged.device)
+    staged.device = work
+    staged.graphs = owner
+
+
+class TensorStager:
+    """:class:`FrameStager`'s contract on any torch device, without pinned memory or streams:
+    the GPU frame path on CPU tensors (tests), its graphs on
+    :class:`~livefuse.models.graph_cache.EagerGraphs` by default."""
+
+    def __init__(self, device: str = "cpu", graphs: GraphCache | None = None) -> None:
+        import torch
+
+        from livefuse.models.graph_cache import EagerGraphs
+
+        self.device = torch.device(device)
+        self.graphs = graphs if graphs is not None else GraphCache(EagerGraphs(self.device),
+                                                                   WORK_FRAMES)
+        self.staged = 0
+        self.fallbacks = 0
+
+    def stage(self, frame: Frame) -> StagedFrame:
+        import torch
+
+        self.staged += 1
+        return StagedFrame(host=frame, device=torch.from_numpy(
+            np.ascontiguousarray(frame).copy()).to(self.device))
+
+    def wait(self, staged: StagedFrame) -> None:
+        if staged.device is not None:
+            _to_work_frame(self.graphs, staged)
 
 
 WORK_FRAMES = 4
 """Frame sizes whose static work frame and graphs a :class:`FrameStager` keeps."""
 
 
-__all__ = ["BOX_SIDES", "FrameStager", "align_crops", "download_rois", "fetch_rois", "frame_rgb",
-           "paste_box", "paste_patches", "restore_rois", "upload", "write_rois"]
+__all__ = ["BOX_SIDES", "FrameStager", "TensorStager", "align_crops", "download_rois",
+           "fetch_rois", "frame_rgb", "paste_box", "paste_patches", "restore_rois", "upload",
+           "write_rois"]

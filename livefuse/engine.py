@@ -17,6 +17,7 @@ face that walks in or leans towards the camera never captures a graph mid-stream
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Sequence
@@ -297,6 +298,10 @@ class Engine:
             if staged.release is not None:
                 staged.release()
         self.path.release_cache()
+        # the models, graphs and buffers live as long as the session: a full garbage collection
+        # that walks them all stalls a frame by tens of ms, so they leave the collector's view
+        gc.collect()
+        gc.freeze()
         self.warm_up_s = time.perf_counter() - t0
         log.info("warm-up at %dx%d: %.2f s", w, h, self.warm_up_s)
         return self.warm_up_s

@@ -181,9 +181,9 @@ def test_after_the_warm_up_faces_that_come_and_grow_capture_no_graph(paths: Neur
     analyser, renderer = build_neural(cfg, paths)
     scripted = _Scripted(analyser)
     eng = Engine(cfg, components=(scripted, renderer), cache=CacheConfig())  # type: ignore[arg-type]
+    scripted.faces = [_scripted_face(320, 320, 200)]
     eng.set_source(LoadedImage(bgr=_frame([(5, 6)], 1), alpha=None, path=Path("src.png")))
     frame = _frame([(4, 4)])
-    scripted.faces = [_scripted_face(320, 320, 100)]
     eng.process(frame.copy(), 0)
     assert eng.warm_up_s > 0
     before = cuda_captures()

@@ -142,18 +142,22 @@ def _paste_t(frame_t: torch.Tensor, images: torch.Tensor, alphas: torch.Tensor,
 
     n, s = int(images.shape[0]), int(images.shape[-1])
     bw, bh = box
-    grid = _grids_t(params[:, :6].reshape(n, 2, 3), params[:, 6:8], bw, bh, s, s)
-    src = torch.cat((images.float().flip(1).mul(255.0), alphas.float()[:, None]), dim=1)
-    out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     xs = torch.arange(bw, device=frame_t.device, dtype=torch.float32)
     ys = torch.arange(bh, device=frame_t.device, dtype=torch.float32)
-    for k in range(n):  # in order: a later face lies over an earlier one
+    # one face at a time, in order (a later face lies over an earlier one): a graph's
+    # intermediates are then one box's (a full-frame box is ~130 MB in float32), not N boxes'
+    for k in range(n):
+        grid = _grids_t(params[k:k + 1, :6].reshape(1, 2, 3), params[k:k + 1, 6:8], bw, bh, s, s)
+        src = torch.cat((images[k:k + 1].float().flip(1).mul(255.0),
+                         alphas[k:k + 1].float()[:, None]), dim=1)
+        out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros",
+                            align_corners=False)[0]
         cols, rows = params[k, 6] + xs, params[k, 7] + ys
         inside = (((cols >= params[k, 8]) & (cols < params[k, 10]))[None, :]
                   & ((rows >= params[k, 9]) & (rows < params[k, 11]))[:, None])
         idx = (rows.long()[:, None], cols.long()[None, :])
         cur = frame_t[idx].float()
-        fake, alpha = out[k, :3].permute(1, 2, 0), (out[k, 3] * inside)[..., None]
+        fake, alpha = out[:3].permute(1, 2, 0), (out[3] * inside)[..., None]
         frame_t[idx] = cur.add_(alpha * (fake - cur)).round_().clamp_(0, 255).to(torch.uint8)
 
 

@@ -174,31 +174,14 @@ def _build(paths: NeuralPaths, scene: Scene) -> tuple[Engine, ScriptedAnalyser]:
 
 
 def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
-    import pyvirtualcam
     import torch
+    from bench_frame_path import register_null_camera
 
     from livefuse.io.sinks import VirtualCameraSink
     from livefuse.io.sources import FramesSource
     from livefuse.live import LiveRunner
 
-    class NullCam:
-        def __init__(self, *, width: int, height: int, fps: float, fourcc: int,
-                     device: str | None, **kw: Any) -> None:
-            self._fourcc = fourcc
-
-        def close(self) -> None:
-            pass
-
-        def send(self, frame: np.ndarray) -> None:
-            pass
-
-        def device(self) -> str:
-            return "null"
-
-        def native_fourcc(self) -> int | None:
-            return self._fourcc
-
-    pyvirtualcam.register_backend("null", NullCam)
+    register_null_camera()
     scene = Scene()
     engine, _ = _build(paths, scene)
     metrics = RecordingMetrics()

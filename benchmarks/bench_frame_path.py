@@ -216,6 +216,37 @@ def _indexed(process: Any, scripted: ScriptedAnalyser) -> Any:
     return run
 
 
+class NullCam:
+    """A pyvirtualcam backend that drops every frame (the virtual camera's send, no device)."""
+
+    def __init__(self, *, width: int, height: int, fps: float, fourcc: int,
+                 device: str | None, **kw: Any) -> None:
+        self._fourcc = fourcc
+
+    def close(self) -> None:
+        pass
+
+    def send(self, frame: np.ndarray) -> None:
+        pass
+
+    def device(self) -> str:
+        return "null"
+
+    def native_fourcc(self) -> int | None:
+        return self._fourcc
+
+
+def register_null_camera() -> None:
+    """Register :class:`NullCam` as pyvirtualcam's ``null`` backend.
+
+    Raises:
+        ImportError: pyvirtualcam is not installed.
+    """
+    import pyvirtualcam
+
+    pyvirtualcam.register_backend("null", NullCam)
+
+
 def live(paths: NeuralPaths, device: str, size: tuple[int, int], seconds: float) -> None:
     """LiveRunner, source paced at 60 fps, into a virtual camera (a pyvirtualcam backend that
     drops the frames): latency from capture to the camera's send."""
@@ -224,29 +255,10 @@ def live(paths: NeuralPaths, device: str, size: tuple[int, int], seconds: float)
     from livefuse.live import LiveRunner
 
     try:
-        import pyvirtualcam
+        register_null_camera()
     except ImportError:
         print("\n(live row skipped: pyvirtualcam is not installed)")
         return
-
-    class NullCam:
-        def __init__(self, *, width: int, height: int, fps: float, fourcc: int,
-                     device: str | None, **kw: Any) -> None:
-            self._fourcc = fourcc
-
-        def close(self) -> None:
-            pass
-
-        def send(self, frame: np.ndarray) -> None:
-            pass
-
-        def device(self) -> str:
-            return "null"
-
-        def native_fourcc(self) -> int | None:
-            return self._fourcc
-
-    pyvirtualcam.register_backend("null", NullCam)
     print(f"\n# LiveRunner, {size[0]}x{size[1]} source at 60 fps -> virtual camera, "
           f"{seconds:.0f} s per row")
     print("| faces | cache | detect every | in fps | out fps | latency p50 ms | p95 ms | "

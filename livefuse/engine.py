@@ -6,16 +6,26 @@ detect or track → select → pose-similarity cache → render (all faces of th
 One Engine serves the CLI, the live session and the GUI. It owns its analyser, renderer, tracker
 and cache; it reads no global settings. On the GPU path (the torch renderer on CUDA) the frame is
 staged on the device once (:class:`~livefuse.swap.gpu_frame.FrameStager`), every stage works on
-it there, and only the pasted regions come back.
+it there, and only the pasted regions come back; the host or device form of the frame's stages
+is chosen once, when the engine is built (:mod:`livefuse.swap.frame_path`).
+
+On the GPU path every stage replays CUDA graphs, and a graph's capture stalls the device: the
+first frame of a size (and the first frame after a setting that changes the graphs) runs
+:meth:`Engine.warm_up`, a sweep over every face count and size the session can meet, so that a
+face that walks in or leans towards the camera never captures a graph mid-stream.
 """
 
 from __future__ import annotations
 
+import gc
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from livefuse.cache import PoseCache, pose_key
 from livefuse.config import MODEL_RELOAD_FIELDS, CacheConfig, EngineConfig
@@ -33,12 +43,22 @@ from livefuse.faces.smoothing import FaceSmoother
 from livefuse.faces.tracking import FaceTracker, iou
 from livefuse.imaging import LoadedImage
 from livefuse.models.engine_choice import resolve_engine
-from livefuse.swap.paste import Roi, paste_all, rewarp
+from livefuse.swap.frame_path import FramePath, frame_path
+from livefuse.swap.paste import Roi, rewarp
 
 if TYPE_CHECKING:
     from livefuse.swap.enhance import FaceEnhancer
 from livefuse.swap.renderer import Renderer
 from livefuse.types import Face, FloatArray, Frame, FramePacket, Patch, StagedFrame
+
+log = logging.getLogger(__name__)
+
+WARM_FACES = 8
+"""Face counts the warm-up sweep covers with ``face_selector='many'`` (1 to this; 1 otherwise).
+More faces in one frame still work; the first such frame captures its graphs then."""
+WARM_FACE_RATIO = 1.12
+"""Successive face sizes of the warm-up sweep differ by this factor (finer than every bucket
+ladder of the graphs it warms: the paste box's 1.25, the tracker's region sizes)."""
 
 
 def _ms(t0: int) -> float:
@@ -163,11 +183,10 @@ class Engine:
         self.smoother = FaceSmoother()
         self.cache = PoseCache(cache or CacheConfig(enabled=False))
         self.sync_timings = sync_timings
-        self.stager: Any = None
-        if self.renderer.device.startswith("cuda"):
-            from livefuse.swap.gpu_frame import FrameStager
-
-            self.stager = FrameStager(self.renderer.device)
+        self.path: FramePath = frame_path(self.renderer.device)
+        self.stager: Any = self.path.stager
+        self._warm_key: Any = None
+        self.warm_up_s = 0.0
         self.enhancer = enhancer
         if enhancer is None and config.enhancer is not None:
             from livefuse.swap.enhance import FaceEnhancer
@@ -175,7 +194,8 @@ class Engine:
             on_gpu = self.renderer.device.startswith("cuda")
             self.enhancer = FaceEnhancer(config.enhancer,
                                          backend="torch" if on_gpu else "onnxruntime",
-                                         device=self.renderer.device, blend=config.enhancer_blend,
+                                         device=self.renderer.device, precision=config.precision,
+                                         blend=config.enhancer_blend,
                                          models_dir=config.models_dir, cuda_graph=on_gpu)
 
     # -- source / reference -------------------------------------------------------------------
@@ -312,16 +332,78 @@ class Engine:
     def stage(self, frame: Frame) -> StagedFrame:
         """``frame`` ready for :meth:`process`: on the GPU path uploaded once (any thread; the
         live session calls it on the capture thread), else just wrapped."""
-        if self.stager is None:
-            return StagedFrame(host=frame)
-        staged: StagedFrame = self.stager.stage(frame)
-        return staged
+        return self.path.stage(frame)
 
     def _sync(self) -> None:
-        if self.sync_timings and self.stager is not None:
-            import torch
+        if self.sync_timings:
+            self.path.synchronize()
 
-            torch.cuda.synchronize(self.stager.device)
+    # -- warm-up ------------------------------------------------------------------------------
+    def _warm_faces(self) -> int:
+        return WARM_FACES if self.config.face_selector == "many" else 1
+
+    def warm_key(self, shape: tuple[int, ...]) -> tuple[Any, ...]:
+        """What the set of graphs a session meets depends on: the frame size and the settings
+        that change graph shapes (a new key means a new :meth:`warm_up`)."""
+        c = self.config
+        return (tuple(shape), c.pixel_boost, self._warm_faces(), c.rotation,
+                c.face_mask_types, self.enhancer is not None, self.precision_in_use)
+
+    def warm_up(self, shape: tuple[int, ...]) -> float:
+        """Capture every CUDA graph a session at this frame size will meet, before its first
+        frame: the detector (at every quarter turn ``rotation`` tries), the tracker's regions,
+        the align, masks, swap and enhancer for 1 to :data:`WARM_FACES` faces, and the paste for
+        every box size, by running each stage on an empty frame with faces of every size.
+        Nothing on the host path (nor on a device path without CUDA graphs); :meth:`process`
+        calls it itself when needed.
+
+        Returns:
+            The seconds it took.
+        """
+        if not self.path.warms or self._source is None:
+            return 0.0
+        t0 = time.perf_counter()
+        h, w = int(shape[0]), int(shape[1])
+        staged = self.stage(np.zeros((h, w, 3), np.uint8))
+        try:
+            self.path.begin(staged)
+            for _ in range(2):  # a detector frame size gets its graphs at its second use
+                detect_rotated(self.analyser.detect, staged, self.config.rotation)
+            sides = _face_sides(h)
+            boxes = _warm_boxes(w, h)
+            out = staged.host
+            for n in range(1, self._warm_faces() + 1):
+                for side in sides:
+                    self.analyser.track(staged, _warm_faces(n, side, w, h))
+                faces = _warm_faces(n, h / 4, w, h)
+                layers = [self.renderer.render(staged, faces, self._source)]
+                if self.enhancer is not None:
+                    layers.append(self.path.enhance(self.enhancer, staged, out,
+                                                    [f.kps for f in faces]))
+                for patches in layers:
+                    for box in boxes:
+                        rois = self.path.paste(staged, [_boxed(p, box, w, h) for p in patches],
+                                               out)
+                        self.path.fetch(staged, rois)
+                self._verify()
+        finally:
+            if staged.release is not None:
+                staged.release()
+        self.path.release_cache()
+        # the models, graphs and buffers live as long as the session: a full garbage collection
+        # that walks them all stalls a frame by tens of ms, so they leave the collector's view
+        gc.collect()
+        gc.freeze()
+        self.warm_up_s = time.perf_counter() - t0
+        log.info("warm-up at %dx%d: %.2f s", w, h, self.warm_up_s)
+        return self.warm_up_s
+
+    def _verify(self) -> bool:
+        """Every deferred precision guard of the frame: ``False`` when one rejected its output
+        (that model now runs in fp32: the faces must be rendered again)."""
+        ok = self.renderer.verify()
+        enhanced_ok = self.enhancer is None or self.enhancer.verify()
+        return ok and enhanced_ok
 
     def _detect(self, frame: StagedFrame) -> list[Face]:
         """A full detection pass on a target frame (still image or video), at every turn the
@@ -384,23 +466,6 @@ class Engine:
                 swap[i] = patch
         return swap, enh, misses, keys, len(faces) - len(misses)
 
-    def _paste(self, frame: StagedFrame, patches: Sequence[Patch | None],
-               out: Frame) -> list[Roi | None]:
-        """Paste one layer: into ``out`` on the host, or into the staged device frame (the
-        regions come back in :meth:`_download`)."""
-        if any(p is not None and p.on_device for p in patches):
-            from livefuse.swap.gpu_frame import paste_patches
-
-            return paste_patches(frame.device, patches, graphs=frame.graphs)
-        return paste_all(out, patches)
-
-    def _enhance(self, frame: StagedFrame, faces: Sequence[Face], swapped: Sequence[int],
-                 out: Frame, on_device: bool) -> list[Patch | None]:
-        """The enhancer's patches for the faces just swapped (``swapped`` indices), computed on
-        the frame with their swap already pasted."""
-        assert self.enhancer is not None
-        target = frame.device if on_device else out
-        return self.enhancer.enhance(target, [faces[i].kps for i in swapped])
 
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
@@ -454,8 +519,11 @@ class Engine:
                  in_place: bool) -> FramePacket:
         t_cap = time.perf_counter_ns() if t_capture_ns is None else t_capture_ns
         packet = FramePacket(index=index, t_capture_ns=t_cap, frame=staged.host)
-        if self.stager is not None:
-            self.stager.wait(staged)
+        if self.path.warms and self._warm_key != self.warm_key(staged.host.shape):
+            # before this frame takes its size's work frame: the sweep writes into it
+            self._warm_key = self.warm_key(staged.host.shape)
+            packet.timings_ms["warm-up"] = self.warm_up(staged.host.shape) * 1e3
+        self.path.begin(staged)
         t0 = time.perf_counter_ns()
         # still images are not smoothed: the filter needs a sequence of frames
         t_s = None if strict else packet.t_capture_ns / 1e9
@@ -477,23 +545,19 @@ class Engine:
 
         t2 = time.perf_counter_ns()
         out = staged.host if in_place else staged.host.copy()
-        on_device = any(p is not None and p.on_device for p in swap)
-        rois = self._compose(staged, targets, swap, enh, misses, out, on_device, packet)
-        if on_device:
-            from livefuse.swap.gpu_frame import fetch_rois, restore_rois, write_rois
-
-            pending = fetch_rois(staged.device, rois)
-            if misses and not self.renderer.verify():
-                # the fp16 guard rejected a swap: undo the pastes, swap again in fp32 (the
-                # renderer has latched to it), paste again; ``out`` still holds the original
-                restore_rois(staged.device, rois, out)
-                for i, patch in zip(misses, self.renderer.render(
-                        staged, [targets[i] for i in misses], self._source), strict=True):
-                    swap[i], enh[i] = patch, None
-                rois = self._compose(staged, targets, swap, enh, misses, out, on_device,
-                                     packet)
-                pending = fetch_rois(staged.device, rois)
-            write_rois(out, pending)
+        rois = self._compose(staged, targets, swap, enh, misses, out, packet)
+        fetched = self.path.fetch(staged, rois)
+        if misses and not self._verify():
+            # a precision guard rejected a swap, a mask or an enhancement (the device path
+            # reads its verdicts only now): undo the pastes, render again (that model has
+            # latched to fp32), paste again; ``out`` still holds the original
+            self.path.restore(staged, rois, out)
+            for i, patch in zip(misses, self.renderer.render(
+                    staged, [targets[i] for i in misses], self._source), strict=True):
+                swap[i], enh[i] = patch, None
+            rois = self._compose(staged, targets, swap, enh, misses, out, packet)
+            fetched = self.path.fetch(staged, rois)
+        self.path.finish(out, fetched)
         # the paste stage's own time: the enhancer's runs are reported on their own
         packet.timings_ms["paste"] = _ms(t2) - packet.timings_ms.get("enhance", 0.0)
         if self.cache.enabled:
@@ -510,23 +574,24 @@ class Engine:
         return packet
 
     def _compose(self, staged: StagedFrame, targets: Sequence[Face], swap: list[Patch | None],
-                 enh: list[Patch | None], misses: Sequence[int], out: Frame, on_device: bool,
+                 enh: list[Patch | None], misses: Sequence[int], out: Frame,
                  packet: FramePacket) -> list[Roi | None]:
-        """Paste the swap layer, run the enhancer on the faces just swapped, paste its layer;
-        returns the region each face covers (``enh`` is filled in for the misses)."""
-        rois = self._paste(staged, swap, out)
+        """Paste the swap layer, run the enhancer on the faces just swapped (on the frame with
+        their swap pasted), paste its layer; returns the region each face covers (``enh`` is
+        filled in for the misses)."""
+        rois = self.path.paste(staged, swap, out)
         if self.enhancer is None:
             return rois
         todo = [i for i in misses if rois[i] is not None]
         if todo:
             self._sync()
             t3 = time.perf_counter_ns()
-            for i, p in zip(todo, self._enhance(staged, targets, todo, out, on_device),
-                            strict=True):
+            patches = self.path.enhance(self.enhancer, staged, out, [targets[i].kps for i in todo])
+            for i, p in zip(todo, patches, strict=True):
                 enh[i] = p
             self._sync()
             packet.timings_ms["enhance"] = _ms(t3)
-        enh_rois = self._paste(staged, enh, out)
+        enh_rois = self.path.paste(staged, enh, out)
         return [a if b is None else b if a is None else _union(a, b)
                 for a, b in zip(rois, enh_rois, strict=True)]
 
@@ -557,4 +622,50 @@ class Engine:
         return None if self._source is None else self._source.path
 
 
-__all__ = ["Engine", "PreparedSource", "alignment_points"]
+def _face_sides(frame_h: int) -> list[float]:
+    """Face sizes (bbox side, px) of the warm-up sweep: 2 % to 140 % of the frame height (a face
+    rolled by 45° spans √2 times its size)."""
+    sides = [0.02 * frame_h]
+    while sides[-1] < 1.4 * frame_h:
+        sides.append(sides[-1] * WARM_FACE_RATIO)
+    return sides
+
+
+def _warm_boxes(w: int, h: int) -> list[int]:
+    """Sides of the squares the warm-up pastes into: one per paste box bucket of a ``w``×``h``
+    frame (:data:`~livefuse.swap.gpu_frame.BOX_SIDES`, clipped to the frame)."""
+    from livefuse.swap.gpu_frame import BOX_SIDES
+
+    # patch_roi adds up to 4 px around a patch: 6 px less keeps each square in its bucket
+    return [b - 6 for b in BOX_SIDES if b - 6 <= max(w, h)] + [max(w, h) + 64]
+
+
+def _warm_faces(n: int, side: float, w: int, h: int) -> list[Face]:
+    """``n`` upright faces of bbox side ``side`` px, side by side around the frame's centre."""
+    from livefuse.faces.align import ARCFACE_DST
+
+    # the ArcFace template's kps span about half the crop, whose face box is ~0.9 of it
+    unit = (np.asarray(ARCFACE_DST, np.float32) - 56.0) / 112.0 / 0.9
+    out = []
+    for k in range(n):
+        cx = w / 2 + (k - (n - 1) / 2) * min(side, w / max(n, 1)) * 0.5
+        cy = h / 2
+        kps = (unit * side + np.array([cx, cy], np.float32)).astype(np.float32)
+        bbox = np.array([cx - side / 2, cy - side / 2, cx + side / 2, cy + side / 2], np.float32)
+        out.append(Face(bbox=bbox, kps=kps, score=0.9, track_id=k))
+    return out
+
+
+def _boxed(patch: Patch | None, side: int, w: int, h: int) -> Patch | None:
+    """``patch`` moved so that it covers a ``side`` × ``side`` square at the frame's centre (its
+    paste samples that box size)."""
+    if patch is None:
+        return None
+    ph, pw = (int(d) for d in patch.alpha.shape[-2:])
+    x0, y0 = w / 2 - side / 2, h / 2 - side / 2
+    affine = np.array([[pw / side, 0.0, -x0 * pw / side],
+                       [0.0, ph / side, -y0 * ph / side]], np.float64)
+    return replace(patch, affine=affine)
+
+
+__all__ = ["WARM_FACES", "Engine", "PreparedSource", "alignment_points"]

@@ -82,9 +82,10 @@ class StagedFrame:
             thread in a live session (so the upload of frame n+1 overlaps the GPU work on n).
         ready: a ``torch.cuda.Event`` the device copy is complete at (``None``: already complete).
         release: called once the engine is done with ``device`` (returns its pinned buffer).
-        graphs: the stager's :class:`livefuse.swap.gpu_frame.FrameGraphs` once ``device`` is its
-            static work frame (after ``FrameStager.wait``): the align and paste then replay CUDA
-            graphs bound to it. ``None`` elsewhere.
+        graphs: the stager's graph-cache entry of this frame size
+            (:class:`livefuse.models.graph_cache.Owner`) once ``device`` is its static work frame
+            (after ``FrameStager.wait``): the align and paste then replay CUDA graphs bound to
+            it. ``None`` elsewhere.
     """
 
     host: Frame

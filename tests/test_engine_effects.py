@@ -68,10 +68,10 @@ class _CountingEnhancer(FaceEnhancer):
     calls = 0
     faces = 0
 
-    def enhance(self, frame, kps, blend=None):  # type: ignore[no-untyped-def,override]
+    def enhance_host(self, frame, kps, blend=None):  # type: ignore[no-untyped-def,override]
         type(self).calls += 1
         type(self).faces += len(kps)
-        return super().enhance(frame, kps, blend)
+        return super().enhance_host(frame, kps, blend)
 
 
 def test_enhancer_runs_on_cache_misses_only(paths: NeuralPaths, enhancer_file: Path) -> None:

@@ -135,30 +135,100 @@ def test_enhancer_on_the_device_with_the_cache(paths: NeuralPaths, tmp_path: Pat
 def test_align_and_paste_graphs_equal_the_eager_functions() -> None:
     """The CUDA graphs of the align and the paste (bound to one work frame, replayed as faces
     move, grow and overlap) write exactly what the eager functions write."""
-    from livefuse.faces.align import arcface_affine
-    from livefuse.swap.gpu_frame import FrameGraphs, align_crops, paste_patches
-    from livefuse.swap.paste import feather_mask
-    from livefuse.testing.synthetic import face_kps
-    from livefuse.types import Patch
+    from graph_scenes import align_and_paste_scene
 
-    rng = np.random.default_rng(7)
-    base = torch.from_numpy(rng.integers(0, 256, (720, 1280, 3), dtype=np.uint8)).cuda()
-    graphs = FrameGraphs(torch.device("cuda"))
-    work = torch.empty_like(base)
-    mask = torch.from_numpy(np.array(feather_mask(128))).cuda()
-    calls = 0
-    for step in range(6):
-        affines = [arcface_affine(face_kps(300 + 7 * step, 300, 60 + 3 * step, 2.0 * step)),
-                   arcface_affine(face_kps(340 + 5 * step, 330, 70, -10.0)),  # overlaps
-                   arcface_affine(face_kps(1270, 700 - step, 50, 0.0))]  # partly outside
-        work.copy_(base)
-        crops_g = align_crops(work, affines, graphs=graphs).clone()
-        torch.testing.assert_close(crops_g, align_crops(base, affines), atol=0, rtol=0)
-        patches = [Patch(image=torch.rand(3, 128, 128, device="cuda").half(), alpha=mask,
-                         affine=m) for m in affines]
-        eager = base.clone()
-        rois = paste_patches(eager, patches)
-        assert paste_patches(work, patches, graphs=graphs) == rois
-        calls += 2
-        assert torch.equal(work, eager), step
-    assert graphs.captures < calls  # moving faces replayed graphs already captured
+    from livefuse.models.graph_cache import CudaGraphs, GraphCache
+
+    align_and_paste_scene(GraphCache(CudaGraphs("cuda")), "cuda")
+
+
+class _Scripted:
+    """The real analyser's work, then scripted faces (``faces``, set by the test)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.faces: list = []
+
+    def detect(self, frame, upsample=None):  # type: ignore[no-untyped-def]
+        self.inner.detect(frame)  # type: ignore[attr-defined]
+        return list(self.faces)
+
+    def track(self, frame, faces):  # type: ignore[no-untyped-def]
+        from dataclasses import replace
+
+        self.inner.track(frame, faces)  # type: ignore[attr-defined]
+        return [replace(self.faces[i], track_id=f.track_id) if i < len(self.faces) else None
+                for i, f in enumerate(faces)]
+
+    def embed(self, frame, face):  # type: ignore[no-untyped-def]
+        return self.inner.embed(frame, face)  # type: ignore[attr-defined]
+
+
+def _scripted_face(cx: float, cy: float, height: float) -> object:
+    from livefuse.testing.synthetic import face_kps
+    from livefuse.types import Face
+
+    eye = height / 2.4
+    kps = face_kps(cx, cy, eye, 5.0)
+    x0, y0 = kps.min(0) - eye
+    x1, y1 = kps.max(0) + eye
+    return Face(bbox=np.array([x0, y0, x1, y1], np.float32), kps=kps, score=0.9)
+
+
+def test_after_the_warm_up_faces_that_come_and_grow_capture_no_graph(paths: NeuralPaths) -> None:
+    """Issue 17 item 2: the first frame's warm-up sweep captures every graph the session meets;
+    1-4 faces of 10-60 % of the height appearing, moving and growing then capture none."""
+    from livefuse.models.graph_cache import cuda_captures
+
+    cfg = EngineConfig(engine="neural", backend="torch", precision="fp16", device="cuda",
+                       face_selector="many", smooth=False, detect_every=3,
+                       face_mask_types=("box", "occlusion", "region"))
+    analyser, renderer = build_neural(cfg, paths)
+    scripted = _Scripted(analyser)
+    eng = Engine(cfg, components=(scripted, renderer), cache=CacheConfig())  # type: ignore[arg-type]
+    scripted.faces = [_scripted_face(320, 320, 200)]
+    eng.set_source(LoadedImage(bgr=_frame([(5, 6)], 1), alpha=None, path=Path("src.png")))
+    frame = _frame([(4, 4)])
+    eng.process(frame.copy(), 0)
+    assert eng.warm_up_s > 0
+    before = cuda_captures()
+    rng = np.random.default_rng(0)
+    for i in range(1, 80):
+        n = 1 + (i // 10) % 4
+        scripted.faces = [_scripted_face(float(rng.uniform(150, 490)), float(rng.uniform(150, 490)),
+                                         640 * (0.1 + 0.5 * ((i % 20) / 19))) for _ in range(n)]
+        p = eng.process(frame.copy(), i, t_capture_ns=i * 16_666_667)
+        assert p.swapped >= 1, (i, n)
+    assert cuda_captures() == before
+
+
+def test_an_injected_nan_on_the_device_is_redone_in_fp32(paths: NeuralPaths) -> None:
+    """The device path defers the masks' and the enhancer's guards to the frame's download:
+    a NaN found there undoes the pastes and renders the faces again, so it never reaches the
+    output."""
+    from test_precision_guard import ENH_IO, OCC_IO, _NanInHalf
+
+    from livefuse.swap.masks import FaceMasker, Occluder
+
+    frame = _frame([(9, 9)])
+
+    def stages(precision: str) -> tuple[FaceMasker, FaceEnhancer]:
+        occ = Occluder(None, "torch", "cuda", precision, module=_NanInHalf(), io=OCC_IO,
+                       cuda_graph=True)
+        enh = FaceEnhancer(None, "torch", "cuda", precision, blend=100,
+                           module=_NanInHalf(True), io=ENH_IO, cuda_graph=True)
+        return FaceMasker(("occlusion",), occluder=occ, on_device=True), enh
+
+    outs = {}
+    for precision in ("fp16", "fp32"):
+        eng = _engine(paths, "cuda")
+        eng.process(frame.copy())  # the warm-up, with the stock stages
+        eng.renderer.masker, eng.enhancer = stages(precision)  # type: ignore[attr-defined]
+        eng._warm_key = eng.warm_key(frame.shape)  # no new sweep: the NaN meets a real frame
+        outs[precision] = [eng.process(frame.copy(), i).output for i in range(1, 3)]
+        if precision == "fp16":
+            assert eng.enhancer.precision_in_use == "fp32 (fallback)"
+            assert eng.renderer.masker.occluder.precision_in_use == "fp32 (fallback)"  # type: ignore[attr-defined]
+    for a, b in zip(outs["fp16"], outs["fp32"], strict=True):
+        assert a is not None and b is not None
+        assert np.abs(a.astype(int) - b.astype(int)).max() <= 1

@@ -26,6 +26,7 @@ from livefuse.imaging import LoadedImage
 from livefuse.io.sources import FramesSource
 from livefuse.live import REBUILD_DELAY_S, LiveRunner
 from livefuse.session import Session
+from livefuse.swap.frame_path import HostPath
 from livefuse.testing.scripted import ScriptedFaces
 from livefuse.testing.synthetic import face_kps
 from livefuse.types import Face, Frame, Patch, StagedFrame
@@ -46,6 +47,17 @@ class CpuStager:
 
     def wait(self, staged: StagedFrame) -> None:
         pass
+
+
+class CpuStagedPath(HostPath):
+    """The host frame path with frames staged by :class:`CpuStager` (the engine's own staging of
+    unstaged frames is what these tests exercise; pasting stays on the host)."""
+
+    def __init__(self) -> None:
+        self.stager = CpuStager()
+
+    def stage(self, frame: Frame) -> StagedFrame:
+        return self.stager.stage(frame)
 
 
 class DeviceOnlyRenderer:
@@ -123,7 +135,8 @@ def slow_factory(loads: list[float], busy: Busy | None = None
             time.sleep(LOAD_S)
             engine = CountedEngine(cfg.engine, components=(
                 ScriptedFaces(lambda i: [_face()]), DeviceOnlyRenderer()), cache=cfg.cache)
-            engine.stager = CpuStager()
+            engine.path = CpuStagedPath()
+            engine.stager = engine.path.stager
             engine.busy = busy
             return engine
     return factory

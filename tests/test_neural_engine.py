@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from device_on_cpu import cpu_device_path
 from insightface.model_zoo.inswapper import INSwapper
 from replica_models import landmark_replica
 from synthetic_faces import build_arcface, build_scrfd
@@ -159,8 +160,7 @@ def test_deferred_fp16_guard_redoes_a_bad_frame_in_fp32(paths: NeuralPaths, sour
     def engine(precision: str) -> Engine:
         cfg = EngineConfig(engine="neural", backend="torch", precision=precision,  # type: ignore[arg-type]
                            device="cpu", smooth=False)
-        eng = Engine(cfg, components=build_neural(cfg, paths))
-        eng.renderer.swapper.on_device = True  # type: ignore[attr-defined]
+        eng = cpu_device_path(Engine(cfg, components=build_neural(cfg, paths)))
         eng.set_source(load_image(source_path))
         return eng
 

@@ -218,3 +218,28 @@ def test_a_rounded_up_paste_box_writes_the_same_pixels(frame: np.ndarray) -> Non
     for x0, y0, x1, y1 in (r for r in rois if r is not None):
         inside[y0:y1, x0:x1] = True
     assert not (changed & ~inside).any()
+
+
+def test_align_and_paste_graphs_equal_the_eager_functions_on_the_cpu() -> None:
+    """The align and paste graphs' bookkeeping (one entry per frame size holding the work frame,
+    keys by face count, patch size and box bucket) on the CPU stand-in of CUDA graphs."""
+    from graph_scenes import align_and_paste_scene
+
+    from livefuse.models.graph_cache import EagerGraphs, GraphCache
+
+    align_and_paste_scene(GraphCache(EagerGraphs()), "cpu")
+
+
+def test_a_growing_face_meets_few_paste_boxes() -> None:
+    """With graphs the paste box is a square from a ladder of ~1.25 steps: a face growing from
+    10 % to 100 % of a 1080p frame's height meets 11 boxes (a graph each, all captured by the
+    warm-up), not one per 32 px (30 of them)."""
+    from livefuse.swap.gpu_frame import BOX_SIDES, paste_box
+
+    boxes = {paste_box([(100, 50, 100 + s, 50 + s)], (1920, 1080), True)
+             for s in range(108, 1081, 4)}
+    assert len(boxes) <= 12
+    assert all(min(bw, 1080) == bh or bh == 1080 for bw, bh in boxes)
+    assert paste_box([(0, 0, 61, 40)], (1920, 1080), True) == (64, 64)
+    assert paste_box([(0, 0, 61, 40)], (1920, 1080), False) == (61, 40)
+    assert BOX_SIDES[0] == 64

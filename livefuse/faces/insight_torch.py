@@ -54,13 +54,21 @@ class TorchInsightAnalyser:
         self.detector = TorchScrfd(det_path, self.device, precision, self.det_size, det_thresh)
         self.recogniser = None if rec_path is None else TorchArcFace(rec_path, self.device,
                                                                        precision)
+        self._staged: StagedFrame | None = None
 
     def _tensor(self, frame: AnyFrame) -> Any:
         import torch
 
         if isinstance(frame, StagedFrame) and frame.device is not None:
+            self._staged = frame
             return frame.device
         host = frame.host if isinstance(frame, StagedFrame) else frame
+        staged = self._staged
+        if staged is not None and staged.host is host:
+            # embed() gets the host frame the engine just detected in (the reference selector,
+            # per face): its device copy is already there
+            return staged.device
+        self._staged = None
         return torch.from_numpy(np.ascontiguousarray(host)).to(self.device)
 
     def detect(self, frame: AnyFrame, upsample: int | None = None) -> list[Face]:

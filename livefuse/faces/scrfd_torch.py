@@ -22,6 +22,11 @@ size, and the letterbox, network, decoding, NMS and the packing of the answer re
 graph: a detection is one copy, one graph launch and one read-back into a pinned buffer that is
 kept (at batch 1 the host's launches, not the GPU, set the time: docs/BENCHMARKS.md §7).
 
+Graphs go through :class:`~livefuse.models.graph_cache.GraphCache` with one owner per frame size:
+its static frame, its resize taps, the region inputs and every graph reading them live and are
+evicted together (:data:`FRAME_BUFFERS` sizes kept). A frame size gets graphs at its second use,
+so a source photo's one-off sizes run eagerly and never evict the stream's own size.
+
 Thread safety: a :class:`TorchScrfd` holds static buffers; call it from one thread.
 """
 
@@ -39,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from livefuse.faces.insight import FaceModelError
+from livefuse.models.graph_cache import GraphCache, Owner, host_wait, make_graph_cache
 from livefuse.models.onnx_torch import (
     OnnxModelError,
     OnnxModule,
@@ -65,7 +71,10 @@ NMS_ITERATIONS = 8
 PACKED_ROWS = 64
 """Faces :meth:`TorchScrfd.detect_faces` reads back with its one sync; more take the exact path."""
 FRAME_BUFFERS = 4
-"""Frame sizes whose static frame buffer and graphs are kept (a new size evicts the oldest)."""
+"""Frame sizes whose static frame, resize taps and graphs are kept, as one entry each (a new size
+evicts the least recently used with everything it holds)."""
+EAGER_TAPS = 8
+"""Frame sizes whose resize taps the eager path (no CUDA graph) keeps."""
 REGION_BATCHES = (1, 2, 4, 8)
 """Batch sizes :meth:`TorchScrfd.detect_regions` runs (one CUDA graph each): a call's crops are
 padded up to the next one, more than 8 go in chunks of 8."""
@@ -285,6 +294,8 @@ class TorchScrfd:
         input_size: detector input ``(width, height)`` in px, multiples of the largest stride.
         det_thresh: minimum score; nms_thresh: NMS IoU threshold (insightface's 0.5 and 0.4).
         cuda_graph: replay the network, decoding and NMS as a CUDA graph; ``None`` = on for CUDA.
+        graphs: the graph cache to use instead (tests: an
+            :class:`~livefuse.models.graph_cache.EagerGraphs` one on the CPU).
         max_candidates: candidates NMS considers in the graph (the best-scoring ones); more above
             the threshold are handled exactly after the read-back, at the cost of extra syncs.
         channels_last: run the network in NHWC; ``None`` = on for CUDA devices. cuDNN's fast
@@ -302,7 +313,7 @@ class TorchScrfd:
                  precision: str = "fp32", input_size: tuple[int, int] = (640, 640),
                  det_thresh: float = 0.5, nms_thresh: float = 0.4,
                  cuda_graph: bool | None = None, max_candidates: int = 512,
-                 channels_last: bool | None = None) -> None:
+                 channels_last: bool | None = None, graphs: GraphCache | None = None) -> None:
         self.path = Path(path)
         rt = resolve_runtime(device, precision, cuda_graph)
         self.device = torch.device(rt.device)
@@ -332,17 +343,16 @@ class TorchScrfd:
         if self.channels_last:
             # Module.to takes memory_format at run time; torch's type stubs omit it
             self.net = self.net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-        self._taps: dict[tuple[int, int], _ResizeTaps] = {}
+        self._taps: dict[tuple[int, int], _ResizeTaps | None] = {}  # the eager path's
         self._anchors: dict[tuple[int, int], _Anchors] = {}
-        self._graphs: dict[Any, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...],
-                                      tuple[torch.Tensor, ...]]] = {}
+        self._graphs = graphs if graphs is not None else make_graph_cache(
+            self.device, self.cuda_graph, FRAME_BUFFERS, capture_after=2)
+        self._planned: set[tuple[int, int, int, int]] = set()
         w, h = self.input_size
         self._input = torch.full((1, 3, h, w), PAD_VALUE, dtype=self.dtype, device=self.device
                                  ).contiguous(memory_format=self._format)
         self._scale = torch.ones((), dtype=torch.float32, device=self.device)
         self._kps_fractions = torch.from_numpy(_KPS_FRACTIONS.reshape(-1)).to(self.device)
-        self._region_inputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-        self._frames: dict[tuple[int, int], torch.Tensor] = {}
         self._pinned: dict[Any, torch.Tensor] = {}
         self._check_outputs((1, 3, h, w))
         log.info("SCRFD %s on %s", self.path.name, self.runtime)
@@ -362,6 +372,9 @@ class TorchScrfd:
 
     def _check_outputs(self, shape: tuple[int, int, int, int]) -> None:
         """Plan the network for an input ``shape`` and check its outputs are an SCRFD's."""
+        if shape in self._planned:
+            return
+        self._planned.add(shape)
         try:
             shapes = self.net.output_shapes(shape)
         except OnnxModelError as exc:
@@ -414,11 +427,13 @@ class TorchScrfd:
         n_valid = (scores >= self.det_thresh).sum()
         return (*self._compact(cb, top, ck, keep, converged, n_valid), scores, bboxes, kps)
 
-    def _detect_frame(self, frame_t: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The whole graph-capturable detection of one frame: letterbox into the static input,
-        :meth:`_detect_core`, then the answer packed for one read-back: ``(3 + 15 R,) float32``
-        = stats, then ``R`` = min(:data:`PACKED_ROWS`, K) rows of bboxes, scores, kps."""
-        self._scale.fill_(self._letterbox(frame_t))
+    def _detect_frame(self, frame_t: torch.Tensor, taps: _ResizeTaps | None
+                      ) -> tuple[torch.Tensor, ...]:
+        """The whole graph-capturable detection of one frame: letterbox (with ``taps``, this
+        frame size's resize) into the static input, :meth:`_detect_core`, then the answer packed
+        for one read-back: ``(3 + 15 R,) float32`` = stats, then ``R`` = min(:data:`PACKED_ROWS`,
+        K) rows of bboxes, scores, kps."""
+        self._scale.fill_(self._letterbox(frame_t, taps))
         core = self._detect_core(self._input, self._scale)
         bboxes, scores, kps, stats = core[:4]
         k = min(PACKED_ROWS, int(bboxes.shape[0]))
@@ -444,19 +459,23 @@ class TorchScrfd:
         if frame_t.device != self.device:
             raise ValueError(f"frame_t is on {frame_t.device}, the detector on {self.device}")
 
-    def _letterbox(self, frame_t: torch.Tensor) -> float:
+    def _make_taps(self, hw: tuple[int, int]) -> _ResizeTaps | None:
+        """The resize taps of a frame size (``None``: the frame fits the input unresized)."""
+        new_w, new_h, _ = letterbox_size(hw, self.input_size)
+        return None if (new_h, new_w) == hw else _ResizeTaps(hw, (new_w, new_h), self.device)
+
+    def _eager_taps(self, hw: tuple[int, int]) -> _ResizeTaps | None:
+        if hw not in self._taps:
+            if len(self._taps) >= EAGER_TAPS:
+                self._taps.pop(next(iter(self._taps)))
+            self._taps[hw] = self._make_taps(hw)
+        return self._taps[hw]
+
+    def _letterbox(self, frame_t: torch.Tensor, taps: _ResizeTaps | None) -> float:
         """Write the normalised letterboxed frame into the static input; return det_scale."""
         h, w = int(frame_t.shape[0]), int(frame_t.shape[1])
         new_w, new_h, det_scale = letterbox_size((h, w), self.input_size)
-        if (new_h, new_w) == (h, w):
-            img = frame_t
-        else:
-            taps = self._taps.get((h, w))
-            if taps is None:
-                if len(self._taps) >= 8:
-                    self._taps.pop(next(iter(self._taps)))
-                taps = self._taps[(h, w)] = _ResizeTaps((h, w), (new_w, new_h), self.device)
-            img = taps(frame_t)
+        img = frame_t if taps is None else taps(frame_t)
         rgb = img.flip(-1).permute(2, 0, 1).to(torch.float32)
         self._input.fill_(PAD_VALUE)
         self._input[0, :, :new_h, :new_w] = (rgb - INPUT_MEAN) / INPUT_STD
@@ -485,29 +504,35 @@ class TorchScrfd:
         return Detections(bboxes[:n].clone(), scores[:n].clone(),
                           kps[:n].reshape(-1, 5, 2).clone())
 
-    def _static_frame(self, frame_t: torch.Tensor) -> torch.Tensor:
-        """``frame_t`` copied into this size's static buffer (what the CUDA graphs read)."""
+    def _owner(self, frame_t: torch.Tensor) -> Owner | None:
+        """The graph-cache entry of ``frame_t``'s size, or ``None``: run eagerly (no graphs,
+        or a size not seen often enough yet)."""
         hw = (int(frame_t.shape[0]), int(frame_t.shape[1]))
-        buf = self._frames.get(hw)
-        if buf is None:
-            if len(self._frames) >= FRAME_BUFFERS:
-                old = next(iter(self._frames))
-                del self._frames[old]
-                for key in [k for k in self._graphs if k[-1] == old]:
-                    del self._graphs[key]
-            buf = self._frames[hw] = torch.empty(tuple(frame_t.shape), dtype=frame_t.dtype,
-                                                 device=frame_t.device)
+        if self._graphs is None or not self._graphs.admit(hw):
+            return None
+        return self._graphs.owner(hw)
+
+    @staticmethod
+    def _frame_in(owner: Owner, frame_t: torch.Tensor) -> torch.Tensor:
+        """``frame_t`` copied into its size's static frame (what the graphs read)."""
+        buf = owner.buffer("frame", tuple(frame_t.shape), frame_t.dtype)
         buf.copy_(frame_t)
         return buf
 
     def _run(self, frame_t: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """:meth:`_detect_frame` on ``frame_t`` (a graph replay over a static copy of it when
-        ``cuda_graph``); its outputs, on the device, no host sync."""
+        """:meth:`_detect_frame` on ``frame_t`` (a graph replay over a static copy of it once
+        its size has an entry); its outputs, on the device, no host sync."""
         self._check_frame(frame_t)
-        if self.cuda_graph:
-            buf = self._static_frame(frame_t)
-            return self._replay(("detect", tuple(buf.shape[:2])), self._detect_frame, (buf,))
-        return self._detect_frame(frame_t)
+        hw = (int(frame_t.shape[0]), int(frame_t.shape[1]))
+        owner = self._owner(frame_t)
+        if owner is None:
+            return self._detect_frame(frame_t, self._eager_taps(hw))
+        taps = owner.value("taps", lambda: self._make_taps(hw))
+
+        def detect(frame: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return self._detect_frame(frame, taps)
+
+        return owner.run("detect", detect, (self._frame_in(owner, frame_t),), warmup=3)
 
     def _read_back(self, key: Any, packed: torch.Tensor) -> npt.NDArray[np.float32]:
         """``packed`` on the host through a pinned buffer kept per ``key`` (one sync)."""
@@ -518,7 +543,7 @@ class TorchScrfd:
             host = self._pinned[key] = torch.empty(packed.shape, dtype=packed.dtype,
                                                    pin_memory=True)
         host.copy_(packed, non_blocking=True)
-        torch.cuda.current_stream(self.device).synchronize()
+        host_wait(self.device)
         return host.numpy()
 
     @torch.inference_mode()
@@ -560,33 +585,6 @@ class TorchScrfd:
         log.debug("SCRFD: exact NMS over %d candidates", n_valid)
         cb, top, ck, stats = self._compact(cb, top, ck, keep, converged, valid.sum())
         return cb, top, ck, int(stats[0])
-
-    def _replay(self, key: Any, fn: Any, static_in: tuple[torch.Tensor, ...]
-                ) -> tuple[torch.Tensor, ...]:
-        """Run ``fn(*static_in)`` as a CUDA graph, captured on first use (after warm-up calls
-        on a side stream, which also plan the network for these shapes)."""
-        entry = self._graphs.get(key)
-        if entry is None:
-            with torch.cuda.device(self.device):
-                entry = self._graphs[key] = self._capture(fn, static_in)
-        entry[0].replay()
-        return entry[2]
-
-    def _capture(self, fn: Any, static_in: tuple[torch.Tensor, ...]
-                 ) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...],
-                            tuple[torch.Tensor, ...]]:
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn(*static_in)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: a live session's capture thread keeps uploading frames on its own
-        # stream while a graph is captured here (global mode would fail that thread)
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            out = fn(*static_in)
-        return graph, static_in, out
 
     @torch.inference_mode()
     def detect_regions(self, frame_t: torch.Tensor,
@@ -630,35 +628,31 @@ class TorchScrfd:
                        ) -> list[Detection | None]:
         n = int(rects.shape[0])
         batch = next(b for b in REGION_BATCHES if b >= n)
-        cuda = self.device.type == "cuda"
         key = ("regions", batch, size)
-        sq = self._pinned.get((*key, "squares"))
-        if sq is None:
-            sq = self._pinned[(*key, "squares")] = torch.zeros(batch, 3, dtype=torch.float32,
-                                                               pin_memory=cuda)
         # x0, y0, side of the square around each rect; padding rows repeat the first
-        cx, cy = (rects[:, 0] + rects[:, 2]) / 2, (rects[:, 1] + rects[:, 3]) / 2
-        side = torch.maximum(rects[:, 2] - rects[:, 0], rects[:, 3] - rects[:, 1]).clamp(min=1)
-        sq[:n] = torch.stack((cx - side / 2, cy - side / 2, side), 1)
+        r = rects.numpy().astype(np.float32)
+        side = np.maximum(np.maximum(r[:, 2] - r[:, 0], r[:, 3] - r[:, 1]), 1.0)
+        sq = np.empty((batch, 3), np.float32)
+        sq[:n] = np.stack(((r[:, 0] + r[:, 2]) / 2 - side / 2, (r[:, 1] + r[:, 3]) / 2 - side / 2,
+                           side), 1)
         sq[n:] = sq[0]
-        static = self._region_inputs.get((batch, size))
-        if static is None:
-            static = (torch.zeros(batch, 3, size, size, dtype=self.dtype, device=self.device
-                                  ).contiguous(memory_format=self._format),
-                      torch.zeros(batch, 3, dtype=torch.float32, device=self.device))
-            self._region_inputs[(batch, size)] = static
-            self._check_outputs((batch, 3, size, size))
-        inp, static_sq = static
-        static_sq.copy_(sq, non_blocking=cuda)
-
-        def run(frame: torch.Tensor, squares: torch.Tensor) -> tuple[torch.Tensor]:
-            return self._regions_frame(frame, squares, inp)
-
-        if self.cuda_graph:
-            buf = self._static_frame(frame_t)
-            packed = self._replay((*key, tuple(buf.shape[:2])), run, (buf, static_sq))[0]
+        shape = (batch, 3, size, size)
+        self._check_outputs(shape)
+        owner = self._owner(frame_t)
+        if owner is None:
+            inp = torch.zeros(shape, dtype=self.dtype, device=self.device
+                              ).contiguous(memory_format=self._format)
+            squares = torch.from_numpy(sq).to(self.device)
+            packed = self._regions_frame(frame_t, squares, inp)[0]
         else:
-            packed = run(frame_t, static_sq)[0]
+            inp = owner.buffer(("region input", batch, size), shape, self.dtype,
+                               memory_format=self._format)
+
+            def run(frame: torch.Tensor, squares: torch.Tensor) -> tuple[torch.Tensor]:
+                return self._regions_frame(frame, squares, inp)
+
+            packed = owner.run(key, run, (self._frame_in(owner, frame_t),
+                                          owner.params(("squares", batch), sq)), warmup=3)[0]
         host = self._read_back(key, packed)
         packed = packed.clone()
         out: list[Detection | None] = []

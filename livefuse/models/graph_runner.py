@@ -11,6 +11,11 @@ their pre- and post-processing apart from the inference, which is one call here:
   bf16 where the precision policy picks it, inputs are cast to the module's dtype, outputs come back
   as float32. On CUDA each batch size can be captured once in a CUDA graph and replayed.
 
+The precision guard of the swapper holds here too (:mod:`livefuse.precision`): an fp16 or bf16
+output that is not finite is computed again in fp32 and the runner stays in fp32 from then on
+("fp32 (fallback)"). On host arrays the check is immediate; on device tensors it can be deferred
+to the frame's one synchronisation (:meth:`TorchGraph.verify`), like the swapper's.
+
 :func:`read_io` reads the graph's input and output names and shapes (no weights are loaded), so the
 callers need not guess how a third-party export named its tensors.
 Both runners are used from one thread (the inference thread); they are not thread-safe.
@@ -18,7 +23,9 @@ Both runners are used from one thread (the inference thread); they are not threa
 
 from __future__ import annotations
 
+import copy
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from livefuse.errors import LivefuseError
+from livefuse.models.graph_cache import GraphCache, make_graph_cache
 from livefuse.precision import probe_device, resolve_precision
 
 log = logging.getLogger(__name__)
@@ -117,6 +125,14 @@ class OrtGraph:
     def fallback(self) -> bool:
         return self.session.fallback
 
+    @property
+    def precision_in_use(self) -> str:
+        return self.precision
+
+    def verify(self) -> bool:
+        """onnxruntime runs the file as it is: nothing is deferred, nothing to retry."""
+        return True
+
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
         """All outputs for a batch ``inputs[0].shape[0]`` (other inputs are fed whole)."""
         n = int(inputs[0].shape[0])
@@ -165,13 +181,16 @@ class TorchGraph:
         cuda_graph: capture each batch size's forward in a CUDA graph and replay it (CUDA only;
             the module must be capturable: static shapes, no host syncs).
         max_batch: largest batch one call runs at once (a fixed-batch graph: its batch size).
+        graphs: a graph cache to use instead of ``cuda_graph``'s (tests: an
+            :class:`~livefuse.models.graph_cache.EagerGraphs` one on the CPU).
     """
 
     backend = "torch"
 
     def __init__(self, module: Any = None, *, path: str | Path | None = None,
                  io: GraphIO | None = None, device: str = "cpu", precision: str = "auto",
-                 cuda_graph: bool = False, max_batch: int | None = None) -> None:
+                 cuda_graph: bool = False, max_batch: int | None = None,
+                 graphs: GraphCache | None = None) -> None:
         import torch
 
         if module is None and path is None:
@@ -180,19 +199,43 @@ class TorchGraph:
         self.io = io if io is not None else (read_io(self.path) if self.path else None)
         self.device = torch.device(device)
         self.precision, self.precision_reason = resolve_precision(precision, probe_device(device))
-        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.precision,
-                                                                          torch.float32)
         mod = module if module is not None else load_onnx_module(self.path)  # type: ignore[arg-type]
-        # cast before the move: the device never holds an fp32 copy of an fp16 model
-        self.module = mod.eval().to(self.dtype).to(self.device)
+        # the fp32 fallback needs the fp32 weights: reloaded from the file, or (a module given
+        # without one) a host copy kept from now
+        self._fp32_module = copy.deepcopy(mod).cpu() \
+            if self.precision != "fp32" and module is not None else None
         fixed = self.io.fixed_batch if self.io is not None else None
         self.max_batch = max_batch or fixed or 8
-        self.cuda_graph = cuda_graph and self.device.type == "cuda"
-        self._graphs: dict[int, tuple[Any, tuple[Any, ...], tuple[Any, ...]]] = {}
+        self._cuda_graph = cuda_graph
+        self._given_graphs = graphs
+        self.fallbacks = 0
+        self._latched = False
+        self._pending: list[tuple[Any, Any]] = []
+        self._load(mod, self.precision, graphs)
+
+    def _load(self, mod: Any, precision: str, graphs: GraphCache | None) -> None:
+        import torch
+
+        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
+        # cast before the move: the device never holds an fp32 copy of an fp16 model
+        self.module = mod.eval().to(self.dtype).to(self.device)
+        self._graphs = graphs if graphs is not None else make_graph_cache(self.device,
+                                                                          self._cuda_graph)
+        self.cuda_graph = self._graphs is not None
 
     @property
     def fallback(self) -> bool:
         return False
+
+    @property
+    def precision_in_use(self) -> str:
+        """``fp16``, ``bf16``, ``fp32``, or ``fp32 (fallback)`` after the guard latched."""
+        return "fp32 (fallback)" if self._latched else self.precision
+
+    @property
+    def guarded(self) -> bool:
+        """Whether outputs are checked (a low precision still in use)."""
+        return not self._latched and self.precision != "fp32"
 
     def _forward(self, *xs: Any) -> tuple[Any, ...]:
         import torch
@@ -201,41 +244,17 @@ class TorchGraph:
             out = self.module(*xs)
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
-    def _capture(self, xs: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...], tuple[Any, ...]]:
-        import torch
-
-        static = tuple(x.clone() for x in xs)
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._forward(*static)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: a live session's capture thread keeps uploading frames on its own
-        # stream while a graph is captured here (global mode would fail that thread)
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            outs = self._forward(*static)
-        return graph, static, outs
-
     def _run_chunk(self, xs: tuple[Any, ...]) -> tuple[Any, ...]:
-        if not self.cuda_graph:
+        if self._graphs is None:
             return self._forward(*xs)
-        n = int(xs[0].shape[0])
-        if n not in self._graphs:
-            self._graphs[n] = self._capture(xs)
-        graph, static, outs = self._graphs[n]
-        for s, x in zip(static, xs, strict=True):
-            s.copy_(x)
-        graph.replay()
-        return tuple(o.clone() for o in outs)
+        owner = self._graphs.owner(int(xs[0].shape[0]))
+        static = tuple(owner.buffer(("input", k), tuple(x.shape), x.dtype)
+                       for k, x in enumerate(xs))
+        for st, x in zip(static, xs, strict=True):
+            st.copy_(x)
+        return owner.run("forward", self._forward, static, warmup=2)
 
-    def run_tensors(self, *inputs: Any) -> list[Any]:
-        """Tensors (any device, any float dtype) → the graph's outputs, float32 on the device.
-
-        The first input's axis 0 is the batch; larger batches than :attr:`max_batch` run in
-        chunks. Other inputs are passed whole to every chunk.
-        """
+    def _run_all(self, inputs: Sequence[Any]) -> list[Any]:
         import torch
 
         xs = tuple(torch.as_tensor(x).to(self.device, self.dtype) for x in inputs)
@@ -246,8 +265,76 @@ class TorchGraph:
             return [o.float() for o in chunks[0]]
         return [torch.cat([c[j] for c in chunks]).float() for j in range(len(chunks[0]))]
 
+    def _latch(self, reason: str) -> None:
+        self.fallbacks += 1
+        name = self.path.name if self.path is not None else type(self.module).__name__
+        log.warning("%s output of %s was %s: computing it again in fp32 and staying in fp32 from "
+                    "now on (fallback #%d)", self.precision, name, reason, self.fallbacks)
+        self._latched = True
+        self._pending.clear()
+        mod = self._fp32_module if self._fp32_module is not None else \
+            load_onnx_module(self.path)  # type: ignore[arg-type]
+        self._fp32_module = None
+        self.module = None
+        if self._given_graphs is not None:
+            self._given_graphs.clear()  # its graphs ran the low-precision module
+        self._load(mod, "fp32", self._given_graphs)
+
+    def run_tensors(self, *inputs: Any, deferred: bool = False) -> list[Any]:
+        """Tensors (any device, any float dtype) → the graph's outputs, float32 on the device.
+
+        The first input's axis 0 is the batch; larger batches than :attr:`max_batch` run in
+        chunks. Other inputs are passed whole to every chunk. With a CUDA graph an output is
+        overwritten by the next call with the same batch size.
+
+        Args:
+            deferred: (a low precision) do not wait for the guard's verdict: the caller calls
+                :meth:`verify` after its next synchronisation and redoes the work if it says so.
+                Otherwise a non-finite output is computed again in fp32 here (one host sync).
+        """
+        outs = self._run_all(inputs)
+        if not self.guarded:
+            return outs
+        if deferred:
+            self._defer(outs)
+            return outs
+        if not all(bool(o.isfinite().all()) for o in outs):
+            self._latch("non-finite")
+            outs = self._run_all(inputs)
+        return outs
+
+    def _defer(self, outs: Sequence[Any]) -> None:
+        import torch
+
+        total = torch.stack([o.sum() for o in outs]).sum()  # NaN or inf iff an output has one
+        cuda = total.device.type == "cuda"
+        host = torch.empty((), dtype=total.dtype, pin_memory=cuda)
+        host.copy_(total, non_blocking=cuda)
+        done = None
+        if cuda:
+            done = torch.cuda.Event()
+            done.record()
+        self._pending.append((host, done))
+        if len(self._pending) > 16:  # nobody verifies: judge the oldest now rather than grow
+            self.verify()
+
+    def verify(self) -> bool:
+        """The verdict on the deferred outputs since the last call: ``True`` when all were
+        finite (or nothing was pending); ``False`` when one was not: the runner has latched to
+        fp32 and that work must be done again."""
+        pending, self._pending = self._pending, []
+        bad = False
+        for host, done in pending:
+            if done is not None:
+                done.synchronize()  # at once after the frame's download
+            bad = bad or not math.isfinite(float(host))
+        if bad:
+            self._latch("non-finite")
+        return not bad
+
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
-        """Host arrays in and out (float32), like :meth:`OrtGraph.run`."""
+        """Host arrays in and out (float32), like :meth:`OrtGraph.run`; the guard checks them
+        at once."""
         import torch
 
         outs = self.run_tensors(*(torch.from_numpy(np.ascontiguousarray(a)) for a in inputs))

@@ -3,7 +3,9 @@
 Per frame the port runs on every face of the frame as one batch: ``(N, 3, 128, 128)`` aligned
 crops and the source's style vectors (computed once per source face and broadcast over the
 batch). On CUDA each batch size gets its own captured CUDA graph (batch 1-8; larger batches are
-split), so a frame with 4 faces is one graph replay, not four.
+split), so a frame with 4 faces is one graph replay, not four. The graphs go through
+:class:`~livefuse.models.graph_cache.GraphCache` (one entry per batch size: its static input and
+its graph), in the device's shared graph memory pool.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from livefuse.models.graph_cache import GraphCache, make_graph_cache
 from livefuse.types import FloatArray
 
 if TYPE_CHECKING:
@@ -71,6 +74,8 @@ class TorchRunner:
         fused: layers to run through their fused formulations (a subset of
             :data:`~livefuse.models.fused_ops.FUSED_OPS`; see
             :meth:`~livefuse.models.inswapper_torch.InSwapper128.enable_fused`).
+        graphs: a graph cache to use instead of ``cuda_graph``'s (tests: an
+            :class:`~livefuse.models.graph_cache.EagerGraphs` one on the CPU).
 
     Not thread-safe: one inference thread.
     """
@@ -78,7 +83,8 @@ class TorchRunner:
     def __init__(self, loaded: LoadedInswapper, device: str = "cpu", precision: str = "fp32", *,
                  fp16_mode: Literal["half", "autocast"] = "half", tf32: bool = False,
                  channels_last: bool = False, cuda_graph: bool = False,
-                 compile_mode: str | None = None, fused: frozenset[str] = frozenset()) -> None:
+                 compile_mode: str | None = None, fused: frozenset[str] = frozenset(),
+                 graphs: GraphCache | None = None) -> None:
         import torch
 
         self.precision = precision
@@ -107,8 +113,8 @@ class TorchRunner:
             self._fn = torch.compile(model.forward_styled, mode=compile_mode)
         self._styles: Any = None
         self._styles_key: tuple[Any, ...] | None = None
-        self._graphs: dict[int, tuple[Any, Any, Any]] = {}  # batch -> (graph, input, output)
-        self.cuda_graph = cuda_graph and self.device.type == "cuda"
+        self._graphs = graphs if graphs is not None else make_graph_cache(self.device, cuda_graph)
+        self.cuda_graph = self._graphs is not None
 
     def _contexts(self) -> Any:
         import torch
@@ -145,23 +151,6 @@ class TorchRunner:
             self._styles_key = key
         return self._styles
 
-    def _capture(self, target: Any, styles: Any) -> tuple[Any, Any, Any]:
-        import torch
-
-        st = target.clone()
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                self._forward(st, styles)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: a live session's capture thread keeps uploading frames on its own
-        # stream while a graph is captured here (global mode would fail that thread)
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            out = self._forward(st, styles)
-        return graph, st, out
-
     def _convert(self, target: Any) -> Any:
         return target.to(self.device, self.in_dtype).contiguous(memory_format=self.memory_format)
 
@@ -169,15 +158,15 @@ class TorchRunner:
         """Tensors: ``(N, 3, 128, 128)`` float RGB in [0, 1] (any device) and ``(1, 512)`` latent
         → ``(N, 3, 128, 128)`` output on the runner's device, in its dtype.
 
-        With a CUDA graph the returned tensor is the graph's static output for that batch size:
-        copy it before the next call with the same batch size.
+        With a CUDA graph the returned tensor is the graph's output for that batch size: copy it
+        before the next call with the same batch size.
         """
         import torch
 
         styles = self.styles_for(latent)
         debug_stage("swap input", target)
         n = int(target.shape[0])
-        if not self.cuda_graph:
+        if self._graphs is None:
             out = self._forward(self._convert(target), styles)
         elif n > 1 and self.low is None and not self.tf32:
             # fp32 strict: cuDNN's kernels for a batch of 4 took 418 ms on an H200 against
@@ -189,12 +178,12 @@ class TorchRunner:
                      for i in range(0, n, MAX_GRAPH_BATCH)]
             out = torch.cat(parts)
         else:
-            if n not in self._graphs:
-                self._graphs[n] = self._capture(self._convert(target), styles)
-            graph, st, out = self._graphs[n]
+            owner = self._graphs.owner(n)
+            st = owner.buffer("target", (n, *target.shape[1:]), self.in_dtype,
+                              memory_format=self.memory_format)
             # one copy kernel moves, casts and re-lays the input: at batch 1 every launch counts
             st.copy_(target)
-            graph.replay()
+            out = owner.run("swap", lambda x: (self._forward(x, styles),), (st,), warmup=3)[0]
         debug_stage("swap output", out)
         return out
 

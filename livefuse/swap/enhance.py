@@ -19,7 +19,13 @@ Contract (one call per frame, all faces as one batch, on the inference thread)::
   on the host, or a ``(3, 512, 512) float32`` RGB [0, 1] tensor on the frame's device.
 
 The host path needs no torch (onnxruntime backend); the device path keeps everything on the
-device and never synchronises with the host. Not thread-safe: one inference thread.
+device and never synchronises with the host. The model runs in the session's precision under the
+swapper's guard: a non-finite fp16 output is computed again in fp32 and the model stays in fp32
+(at once on the host; on the device the verdict waits for :meth:`FaceEnhancer.verify`, called by
+the engine after the frame's synchronisation, which then enhances the frame again). The engine
+calls :meth:`FaceEnhancer.enhance_host` or :meth:`FaceEnhancer.enhance_device` (its frame path
+picks one when it is built); :meth:`FaceEnhancer.enhance` takes either kind of frame. Not
+thread-safe: one inference thread.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import numpy as np
 
 from livefuse.faces.align import FFHQ_512, ffhq_affine
 from livefuse.models.graph_runner import GraphError, GraphIO, Runner, make_runner, read_io
-from livefuse.swap.masks import Occluder, Padding, box_mask, combine_masks
+from livefuse.swap.masks import Occluder, Padding, box_mask, combine_masks, device_constant
 from livefuse.swap.paste import align_crop, paste_roi
 from livefuse.types import Affine, FloatArray, Frame, Patch
 
@@ -68,7 +74,8 @@ class FaceEnhancer:
         backend: ``torch`` (the graph through ``OnnxModule``) or ``onnxruntime``.
         device: ``cpu`` or ``cuda[:N]``.
         precision: ``auto`` (fp16 on CUDA devices of compute capability >= 7.0, else fp32),
-            ``fp32``, ``fp16``, ``bf16`` (torch backend; onnxruntime runs the file as it is).
+            ``fp32``, ``fp16``, ``bf16`` (torch backend; onnxruntime runs the file as it is),
+            under the swapper's guard (see the module docstring).
         blend: 0-100, how much of the model output replaces the un-enhanced crop.
         box_blur, box_padding: the patch alpha's :func:`box_mask` (FaceFusion: the face-mask
             blur, no padding).
@@ -110,12 +117,25 @@ class FaceEnhancer:
         self.device = device
         self.blend = float(blend)
         self.alpha: FloatArray = box_mask(self.size, tuple(box_padding), box_blur)
-        self._alpha_t: dict[Any, Any] = {}
         self.occluder = occluder
 
     @property
     def precision(self) -> str:
         return self.runner.precision
+
+    @property
+    def precision_in_use(self) -> str:
+        """e.g. ``fp16``, or ``fp32 (fallback)`` once the guard has latched."""
+        return self.runner.precision_in_use
+
+    def verify(self) -> bool:
+        """Whether the deferred guards of the device runs since the last call passed (the
+        occluder's too); ``False``: the model has fallen back to fp32 and those faces must be
+        enhanced again."""
+        ok = [self.runner.verify()]
+        if self.occluder is not None:
+            ok.append(self.occluder.verify())
+        return all(ok)
 
     @staticmethod
     def template() -> FloatArray:
@@ -138,13 +158,14 @@ class FaceEnhancer:
         out = (np.clip(out, -1.0, 1.0) + 1.0) * 127.5
         return np.ascontiguousarray(np.rint(out).astype(np.uint8).transpose(0, 2, 3, 1)[..., ::-1])
 
-    def restore_device(self, crops: Any) -> Any:
-        """The model on device crops: ``(N, 3, 512, 512)`` RGB [0, 1] → same (float32)."""
+    def restore_device(self, crops: Any, deferred: bool = False) -> Any:
+        """The model on device crops: ``(N, 3, 512, 512)`` RGB [0, 1] → same (float32);
+        ``deferred``: the guard's verdict waits for :meth:`verify`."""
         import torch
 
         blob = crops.float() * 2.0 - 1.0
         if self.runner.backend == "torch":
-            out = self.runner.run_tensors(blob)[0]  # type: ignore[union-attr]
+            out = self.runner.run_tensors(blob, deferred=deferred)[0]  # type: ignore[union-attr]
         else:
             out = torch.from_numpy(self.runner.run(blob.cpu().numpy())[0]).to(crops.device)
         return (out.float().clamp(-1.0, 1.0) + 1.0) * 0.5
@@ -154,14 +175,23 @@ class FaceEnhancer:
                 blend: float | None = None) -> list[Patch | None]:
         """Enhanced 512 patches for the faces at ``kps`` of ``frame`` (host array or device
         tensor); see the module docstring. ``blend`` overrides the instance's for this call."""
+        if isinstance(frame, np.ndarray):
+            return self.enhance_host(frame, kps, blend)
+        return self.enhance_device(frame, kps, blend)
+
+    def _plan(self, frame: Any, kps: Sequence[FloatArray], blend: float | None
+              ) -> tuple[float, list[Affine], list[int], list[Patch | None]]:
         b = min(max(self.blend if blend is None else float(blend), 0.0), 100.0) / 100.0
         affines = self.affines(kps)
-        out: list[Patch | None] = [None] * len(affines)
         shape = tuple(frame.shape)
         todo = [i for i, m in enumerate(affines) if _covers(paste_roi(m, self.size, shape))]
-        if not todo:
-            return out
-        if isinstance(frame, np.ndarray):
+        return b, affines, todo, [None] * len(affines)
+
+    def enhance_host(self, frame: Frame, kps: Sequence[FloatArray],
+                     blend: float | None = None) -> list[Patch | None]:
+        """:meth:`enhance` on a host frame ``(H, W, 3) uint8 BGR``."""
+        b, affines, todo, out = self._plan(frame, kps, blend)
+        if todo:
             crops = np.stack([align_crop(frame, affines[i], self.size) for i in todo])
             restored = self.restore_host(crops) if b > 0 else crops
             mixed = crops.astype(np.float32)
@@ -169,32 +199,35 @@ class FaceEnhancer:
             images = np.clip(np.rint(mixed), 0, 255).astype(np.uint8)
             alphas: Any = self.alpha
             if self.occluder is not None:
-                alphas = combine_masks(self.alpha, self.occluder.masks(crops))
+                alphas = combine_masks(self.alpha, self.occluder.masks_host(crops))
             for k, i in enumerate(todo):
                 a = alphas if alphas.ndim == 2 else alphas[k]
                 out[i] = Patch(image=images[k], alpha=a, affine=affines[i])
-            return out
+        return out
+
+    def enhance_device(self, frame: Any, kps: Sequence[FloatArray],
+                       blend: float | None = None) -> list[Patch | None]:
+        """:meth:`enhance` on a device frame ``(H, W, 3) uint8`` BGR tensor (no host sync; the
+        guard's verdict waits for :meth:`verify`)."""
+        import torch
+
         from livefuse.swap.gpu_frame import align_crops
 
+        b, affines, todo, out = self._plan(frame, kps, blend)
+        if not todo:
+            return out
         crops_t = align_crops(frame, [affines[i] for i in todo], self.size)
         mixed_t = crops_t
         if b > 0:
-            mixed_t = crops_t + b * (self.restore_device(crops_t) - crops_t)
-        alpha_t = self._alpha_on(frame.device)
-        alphas_t: Any = alpha_t
+            mixed_t = crops_t + b * (self.restore_device(crops_t, deferred=True) - crops_t)
+        alphas_t: Any = device_constant(self.alpha, frame.device)
         if self.occluder is not None:
-            alphas_t = combine_masks(alpha_t, self.occluder.masks(crops_t))
+            occluded = self.occluder.masks_device(crops_t, deferred=True)
+            alphas_t = torch.minimum(alphas_t, occluded).clamp(0.0, 1.0)
         for k, i in enumerate(todo):
             a = alphas_t if alphas_t.ndim == 2 else alphas_t[k]
             out[i] = Patch(image=mixed_t[k], alpha=a, affine=affines[i])
         return out
-
-    def _alpha_on(self, device: Any) -> Any:
-        if device not in self._alpha_t:
-            import torch
-
-            self._alpha_t[device] = torch.from_numpy(np.array(self.alpha)).to(device)
-        return self._alpha_t[device]
 
 
 def _covers(roi: tuple[int, int, int, int]) -> bool:

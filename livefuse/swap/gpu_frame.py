@@ -9,10 +9,12 @@
   the host output; the rest of the output is the host frame itself, so the full frame never
   comes back and never makes a round trip per face.
 
-With a :class:`FrameGraphs` (the stager's, for its static work frame) the align and the paste each
-replay as one CUDA graph: at one face the frame path is bound by the host's kernel launches, not
-by the GPU (docs/BENCHMARKS.md §7), and a graph is one launch. Without one (tests, CPU tensors)
-the same functions run eagerly.
+With ``graphs`` (the stager's :class:`~livefuse.models.graph_cache.Owner` of the frame size,
+which holds its static work frame) the align and the paste each replay as one CUDA graph: at one
+face the frame path is bound by the host's kernel launches, not by the GPU (docs/BENCHMARKS.md
+§7), and a graph is one launch. A paste's box is rounded up to one of :data:`BOX_SIDES`, so a
+face that moves or grows replays a graph that the session's warm-up already captured. Without
+``graphs`` the same functions run eagerly.
 
 The host (OpenCV) twins of the align and paste are in :mod:`livefuse.swap.paste`; on the CPU
 those run instead. Everything here imports torch lazily, so ``import livefuse`` needs no torch.
@@ -27,6 +29,14 @@ from typing import TYPE_CHECKING, Any
 import cv2
 import numpy as np
 
+from livefuse.models.graph_cache import (
+    GraphCache,
+    Owner,
+    bucket,
+    host_wait,
+    ladder,
+    make_graph_cache,
+)
 from livefuse.swap.paste import Roi, patch_roi
 from livefuse.types import Affine, Frame, Patch, StagedFrame
 
@@ -86,13 +96,14 @@ def _align_t(frame_t: torch.Tensor, params: torch.Tensor, size: int) -> torch.Te
 
 
 def align_crops(frame_t: torch.Tensor, affines: Sequence[Affine], size: int = 128,
-                graphs: FrameGraphs | None = None) -> torch.Tensor:
+                graphs: Owner | None = None) -> torch.Tensor:
     """Aligned crops of several faces of a frame that is on the device, in one ``grid_sample``.
 
     Args:
         frame_t: ``(H, W, 3) uint8 BGR`` tensor.
         affines: per face, ``(2, 3)`` frame px → crop px.
-        graphs: replay it as a CUDA graph bound to ``frame_t`` (a static work frame).
+        graphs: replay it as a CUDA graph of this owner, which holds ``frame_t`` (its static
+            work frame).
 
     Returns:
         ``(N, 3, size, size) float32`` RGB in [0, 1] (the swapper's input), zeros outside the
@@ -102,15 +113,17 @@ def align_crops(frame_t: torch.Tensor, affines: Sequence[Affine], size: int = 12
     inv = np.stack([cv2.invertAffineTransform(np.asarray(a, np.float64))
                     for a in affines]).reshape(len(affines), 6).astype(np.float32)
     if graphs is not None:
-        params = graphs.params(("align", len(affines), size), inv)
-        return graphs.run(("align", frame_t.data_ptr(), tuple(frame_t.shape), len(affines), size),
-                          lambda f, q: (_align_t(f, q, size),), (frame_t, params))[0]
+        key = ("align", len(affines), size)
+        return graphs.run(key, lambda f, q: (_align_t(f, q, size),),
+                          (frame_t, graphs.params(key, inv)))[0]
     return _align_t(frame_t, upload(inv, frame_t.device), size)
 
 
-ROI_STEP = 32
-"""With CUDA graphs a paste region's sides are rounded up to a multiple of this many px, so a face
-that moves or grows a little replays the graph already captured."""
+BOX_SIDES = ladder(64, 4096, 1.25, 32)
+"""With CUDA graphs a paste samples a square box whose side is the first of these that holds the
+faces' regions (clipped to the frame): 18 sizes from 64 to 4800 px, each about 1.25 times the last,
+so a face that moves or grows replays a graph already captured (the warm-up captures them all),
+for at most 1.56 times the area sampled."""
 
 
 def _paste_t(frame_t: torch.Tensor, images: torch.Tensor, alphas: torch.Tensor,
@@ -129,18 +142,22 @@ def _paste_t(frame_t: torch.Tensor, images: torch.Tensor, alphas: torch.Tensor,
 
     n, s = int(images.shape[0]), int(images.shape[-1])
     bw, bh = box
-    grid = _grids_t(params[:, :6].reshape(n, 2, 3), params[:, 6:8], bw, bh, s, s)
-    src = torch.cat((images.float().flip(1).mul(255.0), alphas.float()[:, None]), dim=1)
-    out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     xs = torch.arange(bw, device=frame_t.device, dtype=torch.float32)
     ys = torch.arange(bh, device=frame_t.device, dtype=torch.float32)
-    for k in range(n):  # in order: a later face lies over an earlier one
+    # one face at a time, in order (a later face lies over an earlier one): a graph's
+    # intermediates are then one box's (a full-frame box is ~130 MB in float32), not N boxes'
+    for k in range(n):
+        grid = _grids_t(params[k:k + 1, :6].reshape(1, 2, 3), params[k:k + 1, 6:8], bw, bh, s, s)
+        src = torch.cat((images[k:k + 1].float().flip(1).mul(255.0),
+                         alphas[k:k + 1].float()[:, None]), dim=1)
+        out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros",
+                            align_corners=False)[0]
         cols, rows = params[k, 6] + xs, params[k, 7] + ys
         inside = (((cols >= params[k, 8]) & (cols < params[k, 10]))[None, :]
                   & ((rows >= params[k, 9]) & (rows < params[k, 11]))[:, None])
         idx = (rows.long()[:, None], cols.long()[None, :])
         cur = frame_t[idx].float()
-        fake, alpha = out[k, :3].permute(1, 2, 0), (out[k, 3] * inside)[..., None]
+        fake, alpha = out[:3].permute(1, 2, 0), (out[3] * inside)[..., None]
         frame_t[idx] = cur.add_(alpha * (fake - cur)).round_().clamp_(0, 255).to(torch.uint8)
 
 
@@ -148,8 +165,23 @@ def _round_up(v: int, step: int, limit: int) -> int:
     return min(-(-v // step) * step, limit)
 
 
+def paste_box(boxes: Sequence[Roi], frame_wh: tuple[int, int], graphs: bool,
+              step: int | None = None) -> tuple[int, int]:
+    """The ``(bw, bh)`` box a paste of these regions samples: exact, sides rounded up to a
+    multiple of ``step``, or (with graphs) the square of the first :data:`BOX_SIDES` entry that
+    holds them, clipped to the frame."""
+    fw, fh = frame_wh
+    w = max(b[2] - b[0] for b in boxes)
+    h = max(b[3] - b[1] for b in boxes)
+    if step is not None or not graphs:
+        k = step or 1
+        return _round_up(w, k, fw), _round_up(h, k, fh)
+    side = bucket(max(w, h), BOX_SIDES)
+    return min(side, fw), min(side, fh)
+
+
 def paste_patches(frame_t: torch.Tensor, patches: Sequence[Patch | None],
-                  graphs: FrameGraphs | None = None, step: int | None = None
+                  graphs: Owner | None = None, step: int | None = None
                   ) -> list[Roi | None]:
     """Blend device patches into ``frame_t`` in place, each within the region it covers.
 
@@ -160,10 +192,11 @@ def paste_patches(frame_t: torch.Tensor, patches: Sequence[Patch | None],
         frame_t: ``(H, W, 3) uint8 BGR`` tensor on the device, modified in place.
         patches: device patches (``image (3, S, S)`` float RGB [0, 1], ``alpha (S, S)``), or
             ``None`` entries (skipped).
-        graphs: replay each patch size's paste as a CUDA graph bound to ``frame_t`` (a static
-            work frame).
-        step: round the sampled box's sides up to a multiple of this (default
-            :data:`ROI_STEP` with ``graphs``, else 1); the pixels written are the same.
+        graphs: replay each patch size's paste as a CUDA graph of this owner, which holds
+            ``frame_t`` (its static work frame).
+        step: round the sampled box's sides up to a multiple of this (default: the
+            :data:`BOX_SIDES` square with ``graphs``, else exact); the pixels written are the
+            same.
 
     Returns:
         Per patch the ROI written, or ``None`` (skipped, or wholly outside the frame).
@@ -188,9 +221,7 @@ def paste_patches(frame_t: torch.Tensor, patches: Sequence[Patch | None],
             groups.setdefault((ph, pw), []).append(i)
     for (ph, pw), idx in groups.items():
         boxes = [r for r in (rois[i] for i in idx) if r is not None]
-        k = step if step is not None else ROI_STEP if graphs is not None else 1
-        bw = _round_up(max(b[2] - b[0] for b in boxes), k, fw)
-        bh = _round_up(max(b[3] - b[1] for b in boxes), k, fh)
+        bw, bh = paste_box(boxes, (fw, fh), graphs is not None, step)
         params = np.array([[*np.asarray(patches[i].affine, np.float64).reshape(6),  # type: ignore[union-attr]
                             min(b[0], fw - bw), min(b[1], fh - bh), *b]
                            for i, b in zip(idx, boxes, strict=True)], np.float32)
@@ -212,8 +243,7 @@ def paste_patches(frame_t: torch.Tensor, patches: Sequence[Patch | None],
             _paste_t(f, a, b, c, box)
             return ()
 
-        graphs.run((*key, frame_t.data_ptr(), tuple(frame_t.shape), bw, bh), run,
-                   (frame_t, imgs, alps, q), mutates=0)
+        graphs.run((*key, bw, bh), run, (frame_t, imgs, alps, q), mutates=0)
     return rois
 
 
@@ -237,7 +267,7 @@ def fetch_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None]) -> Pending:
         dst.copy_(src, non_blocking=cuda)
         pending.append((roi, dst))
     if pending and cuda:
-        torch.cuda.current_stream(frame_t.device).synchronize()
+        host_wait(frame_t.device)
     return pending
 
 
@@ -260,92 +290,6 @@ def restore_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None], host: Frame)
             continue
         x0, y0, x1, y1 = roi
         frame_t[y0:y1, x0:x1].copy_(upload(host[y0:y1, x0:x1], frame_t.device))
-
-
-class FrameGraphs:
-    """CUDA graphs of the per-frame align and paste, and their static inputs, for one device.
-
-    A graph is captured on first use of a key (after one warm-up run; a graph that writes its
-    frame warms up on a scratch copy instead) and replayed after; the least recently used of more
-    than :data:`MAX_FRAME_GRAPHS` are dropped. Small per-call parameters (affines, regions) go up
-    through pinned buffers kept per key, so no call makes the stream wait. Inference thread only.
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        from collections import OrderedDict
-
-        self.device = device
-        self._graphs: OrderedDict[Any, tuple[Any, tuple[Any, ...]]] = OrderedDict()
-        self._params: dict[Any, tuple[Any, Any, Any]] = {}
-        self._buffers: dict[Any, Any] = {}
-        self._scratch: dict[tuple[int, ...], Any] = {}
-        self.captures = 0
-
-    def buffer(self, key: Any, shape: tuple[int, ...], dtype: Any) -> torch.Tensor:
-        """A static device tensor kept under ``key`` (new when the shape or dtype changed)."""
-        import torch
-
-        t = self._buffers.get(key)
-        if t is None or tuple(t.shape) != shape or t.dtype != dtype:
-            t = self._buffers[key] = torch.empty(shape, dtype=dtype, device=self.device)
-        return t
-
-    def params(self, key: Any, values: np.ndarray) -> torch.Tensor:
-        """``values`` (float32) in a static device tensor kept under ``key``, copied from a pinned
-        buffer without a stream sync."""
-        import torch
-
-        entry = self._params.get(key)
-        if entry is None or tuple(entry[0].shape) != values.shape:
-            host = torch.empty(values.shape, dtype=torch.float32, pin_memory=True)
-            entry = (host, torch.empty(values.shape, dtype=torch.float32, device=self.device),
-                     torch.cuda.Event())
-            self._params[key] = entry
-        host, dev, done = entry
-        done.synchronize()  # the last copy out of ``host`` has finished (at once in practice)
-        host.numpy()[...] = values
-        dev.copy_(host, non_blocking=True)
-        done.record()
-        return dev
-
-    def run(self, key: Any, fn: Any, static_in: tuple[Any, ...],
-            mutates: int | None = None) -> tuple[Any, ...]:
-        """Replay ``fn(*static_in)`` as a CUDA graph (captured at the first call of ``key``).
-
-        Args:
-            mutates: index of an input ``fn`` writes in place: its warm-up runs on a scratch copy.
-        """
-        import torch
-
-        entry = self._graphs.get(key)
-        if entry is None:
-            warm = list(static_in)
-            if mutates is not None:
-                t = static_in[mutates]
-                shape = tuple(t.shape)
-                if shape not in self._scratch:
-                    self._scratch[shape] = torch.empty_like(t)
-                warm[mutates] = self._scratch[shape]
-            stream = torch.cuda.Stream(self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                fn(*warm)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            # thread_local: the capture thread keeps staging frames on its own stream meanwhile
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                out = fn(*static_in)
-            entry = self._graphs[key] = (graph, out)
-            self.captures += 1
-            while len(self._graphs) > MAX_FRAME_GRAPHS:
-                self._graphs.popitem(last=False)
-        self._graphs.move_to_end(key)
-        entry[0].replay()
-        return entry[1]
-
-
-MAX_FRAME_GRAPHS = 48
-"""Align/paste graphs kept (keys: face count, patch size, rounded region size)."""
 
 
 class _Slot:
@@ -376,9 +320,12 @@ class FrameStager:
     :meth:`stage` is called from any one thread (the capture thread in a live session); a staged
     frame's device copy stays valid until its ``release`` is called (the engine does, at the end
     of :meth:`livefuse.engine.Engine.process`; the live runner does for frames it drops).
+
+    :attr:`graphs` holds one entry per frame size (:data:`WORK_FRAMES` kept): the static work
+    frame :meth:`wait` copies each frame into, and the align and paste graphs bound to it.
     """
 
-    def __init__(self, device: str, slots: int = 3) -> None:
+    def __init__(self, device: str, slots: int = 3, graphs: GraphCache | None = None) -> None:
         import torch
 
         self.device = torch.device(device)
@@ -388,8 +335,9 @@ class FrameStager:
         self._stream: Any = None
         self.staged = 0
         self.fallbacks = 0
-        self._work: dict[tuple[int, ...], Any] = {}
-        self.graphs = FrameGraphs(self.device)
+        cache = graphs if graphs is not None else make_graph_cache(self.device, True, WORK_FRAMES)
+        assert cache is not None
+        self.graphs: GraphCache = cache
 
     def _take(self, shape: tuple[int, ...]) -> _Slot | None:
         with self._lock:
@@ -442,10 +390,11 @@ class FrameStager:
         return StagedFrame(host=frame, device=slot.device, ready=ready, release=release)
 
     def wait(self, staged: StagedFrame) -> None:
-        """Make the current stream wait until ``staged.device`` holds the frame, then copy it into
-        this size's static work frame (a device-to-device copy) and point ``staged.device`` and
-        ``staged.graphs`` at it, so the frame's align and paste replay graphs bound to one
-        address. Called on the inference thread, once per frame."""
+        """Make the current stream wait until ``staged.device`` holds the frame, then copy it
+        into this size's static work frame (a device-to-device copy) and point ``staged.device``
+        at it and ``staged.graphs`` at the size's graph-cache entry (which holds it), so the
+        frame's align and paste replay graphs bound to one address. Called on the inference
+        thread, once per frame."""
         import torch
 
         if staged.device is None:
@@ -453,22 +402,54 @@ class FrameStager:
         if staged.ready is not None:
             torch.cuda.current_stream(staged.device.device).wait_event(staged.ready)
             staged.ready = None
-        if staged.graphs is not None:
-            return
-        shape = tuple(staged.device.shape)
-        work = self._work.get(shape)
-        if work is None:
-            if len(self._work) >= WORK_FRAMES:
-                self._work.pop(next(iter(self._work)))
-            work = self._work[shape] = torch.empty(shape, dtype=torch.uint8, device=self.device)
-        work.copy_(staged.device)
-        staged.device = work
-        staged.graphs = self.graphs
+        _to_work_frame(self.graphs, staged)
+
+
+def _to_work_frame(graphs: GraphCache, staged: StagedFrame) -> None:
+    """Copy ``staged.device`` into its size's static work frame and point ``staged`` at it."""
+    import torch
+
+    if staged.graphs is not None:
+        return
+    owner = graphs.owner(tuple(staged.device.shape))
+    work = owner.buffer("frame", tuple(staged.device.shape), torch.uint8)
+    work.copy_(staged.device)
+    staged.device = work
+    staged.graphs = owner
+
+
+class TensorStager:
+    """:class:`FrameStager`'s contract on any torch device, without pinned memory or streams:
+    the GPU frame path on CPU tensors (tests), its graphs on
+    :class:`~livefuse.models.graph_cache.EagerGraphs` by default."""
+
+    def __init__(self, device: str = "cpu", graphs: GraphCache | None = None) -> None:
+        import torch
+
+        from livefuse.models.graph_cache import EagerGraphs
+
+        self.device = torch.device(device)
+        self.graphs = graphs if graphs is not None else GraphCache(EagerGraphs(self.device),
+                                                                   WORK_FRAMES)
+        self.staged = 0
+        self.fallbacks = 0
+
+    def stage(self, frame: Frame) -> StagedFrame:
+        import torch
+
+        self.staged += 1
+        return StagedFrame(host=frame, device=torch.from_numpy(
+            np.ascontiguousarray(frame).copy()).to(self.device))
+
+    def wait(self, staged: StagedFrame) -> None:
+        if staged.device is not None:
+            _to_work_frame(self.graphs, staged)
 
 
 WORK_FRAMES = 4
-"""Frame sizes whose static work frame a :class:`FrameStager` keeps."""
+"""Frame sizes whose static work frame and graphs a :class:`FrameStager` keeps."""
 
 
-__all__ = ["FrameGraphs", "FrameStager", "align_crops", "download_rois", "fetch_rois", "frame_rgb",
-           "paste_patches", "restore_rois", "upload", "write_rois"]
+__all__ = ["BOX_SIDES", "FrameStager", "TensorStager", "align_crops", "download_rois",
+           "fetch_rois", "frame_rgb", "paste_box", "paste_patches", "restore_rois", "upload",
+           "write_rois"]

@@ -22,6 +22,15 @@ slightly and feathers its edge. Model files: the catalog rows ``xseg`` (occluder
 ``bisenet_resnet34`` (parser); the contracts are read from the graph, so FaceFusion's
 ``xseg_1/2/3.onnx`` and ``bisenet_resnet_18/34.onnx`` run too.
 
+The models run under the swapper's precision policy (``--precision``; fp16 on capable CUDA
+devices with ``auto``) and its guard: a non-finite fp16 mask is computed again in fp32 and the
+model stays in fp32 (:class:`livefuse.models.graph_runner.TorchGraph`). On device crops the
+verdict waits for the frame's one synchronisation: :meth:`FaceMasker.verify`.
+
+The mask stage picks its host or device form once, when it is built (:class:`FaceMasker`'s
+``on_device``); the models' ``masks`` / ``labels`` / ``region_masks`` also take either kind of
+crops for callers that mix them.
+
 Occluder and parser objects are used from the inference thread only.
 """
 
@@ -124,10 +133,37 @@ def combine_masks(*masks: Any) -> Any:
 
 # ------------------------------------------------------------------------- resize and soften
 
+@lru_cache(maxsize=64)
 def _gauss_kernel(sigma: float) -> np.ndarray:
-    """OpenCV's kernel for ``GaussianBlur(float image, (0, 0), sigma)``."""
+    """OpenCV's kernel for ``GaussianBlur(float image, (0, 0), sigma)`` (read-only; cached)."""
     k = round(sigma * 8 + 1) | 1
-    return cv2.getGaussianKernel(k, sigma, cv2.CV_32F).ravel().astype(np.float32)
+    out = cv2.getGaussianKernel(k, sigma, cv2.CV_32F).ravel().astype(np.float32)
+    out.setflags(write=False)
+    return out
+
+
+_DEVICE_CONSTANTS: dict[tuple[Any, ...], Any] = {}
+
+
+def device_constant(arr: np.ndarray, device: Any, dtype: Any = None, key: Any = None) -> Any:
+    """A host constant (a kernel, a box mask, class ids) as a tensor on ``device``, uploaded once
+    and kept: an upload per call costs the host a copy and a launch per frame. ``key`` names it
+    (default: the array's bytes, so equal constants share one tensor)."""
+    import torch
+
+    k = (key if key is not None else (arr.shape, arr.dtype.str, arr.tobytes()), str(device),
+         dtype)
+    t = _DEVICE_CONSTANTS.get(k)
+    if t is None:
+        from livefuse.swap.gpu_frame import upload
+
+        t = upload(np.array(arr), torch.device(device))  # a writable copy: torch warns otherwise
+        if dtype is not None:
+            t = t.to(dtype)
+        if len(_DEVICE_CONSTANTS) > 256:
+            _DEVICE_CONSTANTS.clear()
+        _DEVICE_CONSTANTS[k] = t
+    return t
 
 
 def soften_host(masks: FloatArray, feather: float) -> FloatArray:
@@ -144,11 +180,11 @@ def soften_device(masks: torch.Tensor, feather: float) -> torch.Tensor:
     """:func:`soften_host` on a ``(N, S, S)`` tensor (separable conv, reflect-101 border)."""
     if feather <= 0:
         return masks
-    import torch
     import torch.nn.functional as F
 
     s = int(masks.shape[-1])
-    k = torch.from_numpy(_gauss_kernel(feather * s)).to(masks.device, masks.dtype)
+    sigma = feather * s
+    k = device_constant(_gauss_kernel(sigma), masks.device, masks.dtype, key=("gauss", sigma))
     r = (int(k.numel()) - 1) // 2
     x = masks[:, None]
     if r >= s:  # wider than the crop: reflect padding cannot; replicate what cv2 would roughly do
@@ -187,7 +223,8 @@ def _host_batch(crops: Sequence[Frame] | np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------- models
 
 class _MaskModel:
-    """Shared plumbing: the runner, the graph contract, host/device dispatch."""
+    """Shared plumbing: the runner (under the precision policy and its guard), the graph
+    contract, and the host and device forms of the inference."""
 
     default_size = 256
 
@@ -213,17 +250,27 @@ class _MaskModel:
     def precision(self) -> str:
         return self.runner.precision
 
+    @property
+    def precision_in_use(self) -> str:
+        """e.g. ``fp16``, or ``fp32 (fallback)`` once the guard has latched."""
+        return self.runner.precision_in_use
+
+    def verify(self) -> bool:
+        """The deferred guard's verdict on the device runs since the last call (see
+        :meth:`livefuse.models.graph_runner.TorchGraph.verify`)."""
+        return self.runner.verify()
+
     def _check_io(self) -> None:  # pragma: no cover - overridden
         pass
 
     def _infer_host(self, blob: np.ndarray) -> np.ndarray:
         return self.runner.run(blob)[0]
 
-    def _infer_device(self, blob: torch.Tensor) -> torch.Tensor:
+    def _infer_device(self, blob: torch.Tensor, deferred: bool = False) -> torch.Tensor:
         import torch
 
         if self.runner.backend == "torch":
-            return self.runner.run_tensors(blob)[0]  # type: ignore[union-attr]
+            return self.runner.run_tensors(blob, deferred=deferred)[0]  # type: ignore[union-attr]
         out = self.runner.run(blob.float().cpu().numpy())[0]
         return torch.from_numpy(out).to(blob.device)
 
@@ -237,7 +284,9 @@ class Occluder(_MaskModel):
         backend: ``torch`` (``OnnxModule``, or ``module``) or ``onnxruntime``.
         device: ``cpu`` or ``cuda[:N]`` (where the torch backend runs; onnxruntime picks its
             providers from it).
-        precision: ``auto`` (fp16 on capable CUDA devices, fp32 on the CPU), ``fp32``, ``fp16``.
+        precision: ``auto`` (fp16 on capable CUDA devices, fp32 on the CPU), ``fp32``, ``fp16``
+            or ``bf16``, as the swapper's; a non-finite low-precision mask is computed again in
+            fp32.
         module: (torch) run this module instead of loading ``path`` (a replica in tests);
             ``io`` then gives its contract when there is no file.
         feather: mask softening, fraction of the crop size (0 = the raw model mask).
@@ -259,9 +308,12 @@ class Occluder(_MaskModel):
 
     def masks(self, crops: Any) -> Any:
         """Occlusion masks of aligned crops: ``(N, S, S) float32`` (host array or device tensor,
-        as the input; see the module docstring)."""
-        if _is_tensor(crops):
-            return self._masks_device(crops)
+        as the input; see the module docstring). The mask stage calls :meth:`masks_host` or
+        :meth:`masks_device` directly."""
+        return self.masks_device(crops) if _is_tensor(crops) else self.masks_host(crops)
+
+    def masks_host(self, crops: Sequence[Frame] | np.ndarray) -> FloatArray:
+        """Host crops ``(S, S, 3) uint8 BGR`` → ``(N, S, S) float32``."""
         x = _host_batch(crops)  # BGR [0, 1]
         n, s = x.shape[0], x.shape[1]
         if n == 0:
@@ -274,14 +326,16 @@ class Occluder(_MaskModel):
         m = _resize_host(m.astype(np.float32), (s, s))
         return soften_host(m, self.feather)
 
-    def _masks_device(self, crops: torch.Tensor) -> torch.Tensor:
+    def masks_device(self, crops: torch.Tensor, deferred: bool = False) -> torch.Tensor:
+        """Device crops ``(N, 3, S, S)`` RGB [0, 1] → ``(N, S, S) float32`` on the device;
+        ``deferred``: the guard's verdict waits for :meth:`verify`."""
         n, s = int(crops.shape[0]), int(crops.shape[-1])
         if n == 0:
             return crops.new_zeros((0, s, s), dtype=crops.dtype).float()
         blob = _resize_device(crops.float().flip(1), self.input_size)  # RGB -> BGR
         if self.nhwc:
             blob = blob.permute(0, 2, 3, 1)
-        out = self._infer_device(blob.contiguous()).float()
+        out = self._infer_device(blob.contiguous(), deferred).float()
         m = out.reshape(n, 1, self.input_size[1], self.input_size[0]).clamp(0.0, 1.0)
         return soften_device(_resize_device(m, (s, s))[:, 0], self.feather)
 
@@ -319,43 +373,57 @@ class FaceParser(_MaskModel):
     def labels(self, crops: Any) -> Any:
         """Class index per pixel at the parser's resolution: ``(N, H, W)`` (uint8 host array or
         int64 tensor)."""
-        if _is_tensor(crops):
-            blob_t = _resize_device(crops.float(), self.input_size)
-            mean = blob_t.new_tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
-            std = blob_t.new_tensor(IMAGENET_STD).view(1, 3, 1, 1)
-            return self._infer_device(((blob_t - mean) / std).contiguous()).argmax(1)
+        return self.labels_device(crops) if _is_tensor(crops) else self.labels_host(crops)
+
+    def labels_host(self, crops: Sequence[Frame] | np.ndarray) -> np.ndarray:
         x = _host_batch(crops)[..., ::-1]  # BGR -> RGB
         blob = (_resize_host(np.ascontiguousarray(x), self.input_size) - IMAGENET_MEAN) \
             / IMAGENET_STD
         out = self._infer_host(np.ascontiguousarray(blob.transpose(0, 3, 1, 2), np.float32))
         return out.argmax(1).astype(np.uint8)
 
+    def labels_device(self, crops: torch.Tensor, deferred: bool = False) -> torch.Tensor:
+        blob_t = _resize_device(crops.float(), self.input_size)
+        mean = device_constant(IMAGENET_MEAN, blob_t.device).view(1, 3, 1, 1)
+        std = device_constant(IMAGENET_STD, blob_t.device).view(1, 3, 1, 1)
+        return self._infer_device(((blob_t - mean) / std).contiguous(), deferred).argmax(1)
+
+    def hits_host(self, labels: np.ndarray, size: int, regions: Sequence[str],
+                  feather: float | None = None) -> FloatArray:
+        """``(N, size, size) float32`` from host :meth:`labels`: 1 where a pixel is one of
+        ``regions``, softened by ``feather`` (default: the instance's)."""
+        hit = np.isin(labels, self.class_ids(regions)).astype(np.float32)
+        return soften_host(_resize_host(hit, (size, size)),
+                           self.feather if feather is None else feather)
+
+    def hits_device(self, labels: torch.Tensor, size: int, regions: Sequence[str],
+                    feather: float | None = None) -> torch.Tensor:
+        """:meth:`hits_host` on device labels (no host sync)."""
+        import torch
+
+        ids = device_constant(np.asarray(self.class_ids(regions), np.int64), labels.device)
+        hit = torch.isin(labels, ids).float()[:, None]
+        return soften_device(_resize_device(hit, (size, size))[:, 0],
+                             self.feather if feather is None else feather)
+
     def region_masks(self, crops: Any, regions: Sequence[str] = FACE_REGIONS,
                      feather: float | None = None) -> Any:
         """``(N, S, S) float32``: 1 where the pixel belongs to one of ``regions``, softened by
         ``feather`` (default: the instance's; use :data:`MOUTH_FEATHER` for the mouth)."""
-        ids = self.class_ids(regions)
-        feather = self.feather if feather is None else feather
+        self.class_ids(regions)
         if _is_tensor(crops):
             import torch
 
             n, s = int(crops.shape[0]), int(crops.shape[-1])
             if n == 0:
                 return torch.zeros((0, s, s), device=crops.device)
-            lab_t = self.labels(crops)
-            from livefuse.swap.gpu_frame import upload
-
-            ids_t = upload(np.asarray(ids, np.int64), lab_t.device)
-            hit_t = torch.isin(lab_t, ids_t).float()[:, None]
-            return soften_device(_resize_device(hit_t, (s, s))[:, 0], feather)
+            return self.hits_device(self.labels_device(crops), s, regions, feather)
         x = np.asarray(crops) if isinstance(crops, np.ndarray) else list(crops)
         n = len(x)
         s = int(np.asarray(x[0]).shape[0]) if n else 0
         if n == 0:
             return np.zeros((0, s, s), np.float32)
-        lab = self.labels(crops)
-        hit = np.isin(lab, ids).astype(np.float32)
-        return soften_host(_resize_host(hit, (s, s)), feather)
+        return self.hits_host(self.labels_host(crops), s, regions, feather)
 
 
 # ---------------------------------------------------------------------------------- the mouth
@@ -386,8 +454,12 @@ class FaceMasker:
         regions: the parser regions kept by the ``region`` mask.
         blur, padding: the ``box`` mask's.
         occluder: the XSeg model (needed for ``occlusion``).
-        parser: the face parser (needed for ``region``; it also gives the target's mouth).
+        parser: the face parser (needed for ``region``; it also gives the target's mouth: one
+            parser run gives both).
         keep_mouth: keep the target's inner mouth when it is open (needs the parser).
+        on_device: the crops are device tensors (the GPU frame path): chosen once here, so the
+            per-frame code has no type tests; the models' guard verdicts then wait for
+            :meth:`verify`.
 
     Raises:
         ValueError: a mask type whose model was not given.
@@ -396,7 +468,7 @@ class FaceMasker:
     def __init__(self, types: Sequence[str] = (), regions: Sequence[str] = FACE_REGIONS,
                  blur: float = 0.3, padding: Padding = (0.0, 0.0, 0.0, 0.0),
                  occluder: Occluder | None = None, parser: FaceParser | None = None,
-                 keep_mouth: bool = True) -> None:
+                 keep_mouth: bool = True, on_device: bool = False) -> None:
         if "occlusion" in types and occluder is None:
             raise ValueError("the occlusion mask needs the occluder model")
         if "region" in types and parser is None:
@@ -407,6 +479,8 @@ class FaceMasker:
         self.occluder = occluder if "occlusion" in types else None
         self.parser = parser if "region" in types else None
         self.keep_mouth = keep_mouth
+        self.on_device = on_device
+        self._alphas = self._alphas_device if on_device else self._alphas_host
 
     def configure(self, regions: Sequence[str], blur: float, padding: Padding,
                   keep_mouth: bool) -> None:
@@ -417,37 +491,59 @@ class FaceMasker:
 
     def alphas(self, crops: Any, edge: Any) -> Any:
         """Per-face alphas ``(N, S, S)`` for aligned target crops (host list of ``(S, S, 3)
-        uint8 BGR`` or a device ``(N, 3, S, S)`` RGB [0, 1] tensor): the per-pixel minimum of
-        ``edge`` (the renderer's feathered ``(S, S)`` edge) and the configured masks."""
-        n = len(crops) if not _is_tensor(crops) else int(crops.shape[0])
-        size = int(crops.shape[-1]) if _is_tensor(crops) else int(np.asarray(crops[0]).shape[0])
+        uint8 BGR``, or with ``on_device`` a ``(N, 3, S, S)`` RGB [0, 1] tensor): the per-pixel
+        minimum of ``edge`` (the renderer's feathered ``(S, S)`` edge) and the configured
+        masks."""
+        return self._alphas(crops, edge)
+
+    def _alphas_host(self, crops: Sequence[Frame], edge: FloatArray) -> FloatArray:
+        n, size = len(crops), int(np.asarray(crops[0]).shape[0])
         parts: list[Any] = [edge]
         if "box" in self.types:
             parts.append(box_mask(size, self.padding, self.blur))
         if self.occluder is not None:
-            parts.append(self.occluder.masks(crops))
+            parts.append(self.occluder.masks_host(crops))
         if self.parser is not None:
-            parts.append(self.parser.region_masks(crops, self.regions))
+            labels = self.parser.labels_host(crops)
+            parts.append(self.parser.hits_host(labels, size, self.regions))
             if self.keep_mouth:
-                mouths = self.parser.region_masks(crops, MOUTH_REGIONS, feather=MOUTH_FEATHER)
+                mouths = self.parser.hits_host(labels, size, MOUTH_REGIONS, MOUTH_FEATHER)
                 keep = [keep_target_mask(mouths[i]) for i in range(n)]
-                parts.append(1.0 - (_stack(keep)))
+                parts.append(1.0 - np.stack(keep))
         out = combine_masks(*parts)
-        if out.ndim == 2:  # only the edge: one alpha for every face
-            out = out[None].repeat(n, 0) if not _is_tensor(out) else out[None].expand(n, -1, -1)
-        return out
+        return out if out.ndim == 3 else out[None].repeat(n, 0)
+
+    def _alphas_device(self, crops: torch.Tensor, edge: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        n, size = int(crops.shape[0]), int(crops.shape[-1])
+        out = edge.float()
+        if "box" in self.types:
+            out = torch.minimum(out, device_constant(box_mask(size, self.padding, self.blur),
+                                                     crops.device))
+        if self.occluder is not None:
+            out = torch.minimum(out, self.occluder.masks_device(crops, deferred=True))
+        if self.parser is not None:
+            labels = self.parser.labels_device(crops, deferred=True)
+            out = torch.minimum(out, self.parser.hits_device(labels, size, self.regions))
+            if self.keep_mouth:
+                mouths = self.parser.hits_device(labels, size, MOUTH_REGIONS, MOUTH_FEATHER)
+                # keep_target_mask per face, without a host sync
+                opened = (mouths.mean((1, 2)) >= MOUTH_MIN_FRACTION).to(mouths.dtype)
+                out = torch.minimum(out, 1.0 - mouths * opened[:, None, None])
+        out = out.clamp(0.0, 1.0)
+        return out if out.ndim == 3 else out[None].expand(n, -1, -1)
+
+    def verify(self) -> bool:
+        """Whether the models' deferred fp16 guards passed since the last call (``False``: one
+        has fallen back to fp32 and the frame's masks must be computed again)."""
+        ok = [m.verify() for m in (self.occluder, self.parser) if m is not None]
+        return all(ok)
 
     @property
     def active(self) -> bool:
         return bool(self.types)
 
-
-def _stack(masks: Sequence[Any]) -> Any:
-    if masks and _is_tensor(masks[0]):
-        import torch
-
-        return torch.stack(list(masks))
-    return np.stack([np.asarray(m, np.float32) for m in masks])
 
 
 __all__ = [
@@ -464,6 +560,7 @@ __all__ = [
     "Padding",
     "box_mask",
     "combine_masks",
+    "device_constant",
     "keep_target_mask",
     "soften_device",
     "soften_host",

@@ -107,7 +107,8 @@ class NeuralRenderer:
     frame the aligned crops of all target faces are swapped as one batch.
 
     On the torch backend on CUDA the frame is on the device (staged by the engine) and the crops,
-    the swap and the patches stay there; elsewhere the crops are cut on the host.
+    the swap and the patches stay there; elsewhere the crops are cut on the host. Which of the
+    two a renderer runs is chosen once, when it is built.
 
     Pixel boost (``EngineConfig.pixel_boost`` 256, 384 or 512): the face is aligned at that size
     and its 2×2, 3×3 or 4×4 strided sub-grids (each a 128 px face) are swapped together in the
@@ -120,15 +121,20 @@ class NeuralRenderer:
         masker: the box / occlusion / region masks and the kept mouth, computed on the target's
             aligned crops (the same crops the swap takes) and folded into each patch's alpha, so
             the cache stores and re-warps them with the face.
+        on_device: render from the staged frame's device copy (default: where the swapper runs;
+            tests set it to run the device form on CPU tensors).
     """
 
     def __init__(self, swapper: NeuralSwapper, analyser: Analyser,
-                 pixel_boost: int = INPUT_SIZE, masker: FaceMasker | None = None) -> None:
+                 pixel_boost: int = INPUT_SIZE, masker: FaceMasker | None = None,
+                 on_device: bool | None = None) -> None:
         self.swapper = swapper
         self.analyser = analyser
         self.pixel_boost = pixel_boost
         self.masker = masker
         self._masks_t: dict[int, Any] = {}
+        self.on_device = swapper.on_device if on_device is None else on_device
+        self._render = self._render_device if self.on_device else self._render_host
 
     @property
     def device(self) -> str:
@@ -151,8 +157,11 @@ class NeuralRenderer:
         return self.masker.alphas(crops, edge)
 
     def verify(self) -> bool:
-        """The device path's deferred FP16 guard (see :meth:`NeuralSwapper.check_deferred`)."""
-        return self.swapper.check_deferred()
+        """The device path's deferred FP16 guards: the swapper's (see
+        :meth:`NeuralSwapper.check_deferred`) and the mask models'."""
+        ok = self.swapper.check_deferred()
+        masks_ok = self.masker is None or self.masker.verify()
+        return ok and masks_ok
 
     def prepare(self, image: Frame, face: Face, path: Path | None = None) -> NeuralSource:
         latent = self.swapper.prepare_source(self.analyser.embed(image, face))
@@ -172,34 +181,42 @@ class NeuralRenderer:
         feathered mask and the ArcFace affine: host ``uint8 BGR`` crops, or on the device
         ``(3, S, S)`` RGB tensors."""
         size = self.pixel_boost
-        k = size // INPUT_SIZE
         out: list[Patch | None] = [None] * len(faces)
         affines = [arcface_affine(f.kps, size) for f in faces]
         shape = frame.host.shape
         todo = [i for i, m in enumerate(affines) if _covers(paste_roi(m, size, shape))]
-        if not todo:
-            return out
-        if self.swapper.on_device:
-            from livefuse.swap.gpu_frame import align_crops
+        if todo:
+            self._render(frame, source, affines, todo, out)
+        return out
 
-            if frame.device is None:
-                raise RuntimeError("the neural renderer on CUDA needs a staged frame")
-            crops = align_crops(frame.device, [affines[i] for i in todo], size,
-                                graphs=frame.graphs)
-            mask = self._mask_t(size, frame.device.device)
-            alphas = self._alphas(crops, mask)
-            n = crops.shape[0]
-            if k > 1:  # (N, 3, S, S) -> (N·k·k, 3, 128, 128) strided sub-grids, and back
-                crops = crops.reshape(n, 3, INPUT_SIZE, k, INPUT_SIZE, k).permute(
-                    0, 3, 5, 1, 2, 4).reshape(n * k * k, 3, INPUT_SIZE, INPUT_SIZE)
-            swapped = self.swapper.swap_device(crops, source.latent, deferred=True)
-            if k > 1:
-                swapped = swapped.reshape(n, k, k, 3, INPUT_SIZE, INPUT_SIZE).permute(
-                    0, 3, 4, 1, 5, 2).reshape(n, 3, size, size)
-            for j, i in enumerate(todo):
-                out[i] = Patch(image=swapped[j], alpha=mask if alphas is None else alphas[j],
-                               affine=affines[i])
-            return out
+    def _render_device(self, frame: StagedFrame, source: NeuralSource, affines: list[Any],
+                       todo: list[int], out: list[Patch | None]) -> None:
+        from livefuse.swap.gpu_frame import align_crops
+
+        size = self.pixel_boost
+        k = size // INPUT_SIZE
+        if frame.device is None:
+            raise RuntimeError("the neural renderer on CUDA needs a staged frame")
+        crops = align_crops(frame.device, [affines[i] for i in todo], size,
+                            graphs=frame.graphs)
+        mask = self._mask_t(size, frame.device.device)
+        alphas = self._alphas(crops, mask)
+        n = crops.shape[0]
+        if k > 1:  # (N, 3, S, S) -> (N·k·k, 3, 128, 128) strided sub-grids, and back
+            crops = crops.reshape(n, 3, INPUT_SIZE, k, INPUT_SIZE, k).permute(
+                0, 3, 5, 1, 2, 4).reshape(n * k * k, 3, INPUT_SIZE, INPUT_SIZE)
+        swapped = self.swapper.swap_device(crops, source.latent, deferred=True)
+        if k > 1:
+            swapped = swapped.reshape(n, k, k, 3, INPUT_SIZE, INPUT_SIZE).permute(
+                0, 3, 4, 1, 5, 2).reshape(n, 3, size, size)
+        for j, i in enumerate(todo):
+            out[i] = Patch(image=swapped[j], alpha=mask if alphas is None else alphas[j],
+                           affine=affines[i])
+
+    def _render_host(self, frame: StagedFrame, source: NeuralSource, affines: list[Any],
+                     todo: list[int], out: list[Patch | None]) -> None:
+        size = self.pixel_boost
+        k = size // INPUT_SIZE
         host_crops = [align_crop(frame.host, affines[i], size) for i in todo]
         tiles = [t for c in host_crops for t in (implode(c, k) if k > 1 else [c])]
         fakes = self.swapper.swap_crops(tiles, source.latent)
@@ -209,7 +226,6 @@ class NeuralRenderer:
             fake = fakes[j] if k == 1 else explode(np.stack(fakes[j * k * k:(j + 1) * k * k]), k)
             out[i] = Patch(image=fake, alpha=edge if host_alphas is None else host_alphas[j],
                            affine=affines[i])
-        return out
 
 
 def _covers(roi: tuple[int, int, int, int]) -> bool:
@@ -220,7 +236,9 @@ def _covers(roi: tuple[int, int, int, int]) -> bool:
 def build_masker(config: EngineConfig, device: str, backend: str,
                  paths: NeuralPaths | None = None) -> FaceMasker | None:
     """The mask stage for ``config.face_mask_types`` (``None`` when no mask is on); the occluder
-    and parser come from ``paths`` or the verified catalog files.
+    and parser come from ``paths`` or the verified catalog files. They run in
+    ``config.precision`` under the swapper's guard; on the torch backend on CUDA the stage takes
+    the renderer's device crops.
 
     Raises:
         ModelMissingError / ModelVerifyError: a mask model is missing or corrupt.
@@ -228,18 +246,22 @@ def build_masker(config: EngineConfig, device: str, backend: str,
     types = config.face_mask_types
     if not types:
         return None
+    on_device = backend == "torch" and device.startswith("cuda")
     d = models_dir(config.models_dir)
     occluder = parser = None
     if "occlusion" in types:
         path = paths.occluder if paths is not None and paths.occluder else \
             require(get_spec(MASK_MODELS["occlusion"]), d)
-        occluder = Occluder(path, backend=backend, device=device)
+        occluder = Occluder(path, backend=backend, device=device, precision=config.precision,
+                            cuda_graph=on_device)
     if "region" in types:
         path = paths.parser if paths is not None and paths.parser else \
             require(get_spec(MASK_MODELS["region"]), d)
-        parser = FaceParser(path, backend=backend, device=device)
+        parser = FaceParser(path, backend=backend, device=device, precision=config.precision,
+                            cuda_graph=on_device)
     return FaceMasker(types, config.face_mask_regions, config.face_mask_blur,
-                      config.face_mask_padding, occluder, parser, config.keep_mouth)
+                      config.face_mask_padding, occluder, parser, config.keep_mouth,
+                      on_device=on_device)
 
 
 def build_landmarker(config: EngineConfig, renderer: NeuralRenderer,

@@ -1,0 +1,374 @@
+"""The live tail (issue 17 item 2): LiveRunner at 1080p/60 into a virtual camera while faces come,
+go and grow, with the latency of every frame (capture → the camera's send), per phase and through
+a soak, plus torch's allocated and reserved VRAM and the host CPU per frame.
+
+Models: the full-size random-weight replicas of det_10g, w600k_r50 and inswapper_128 (as
+``bench_frame_path.py``); the detector and the region tracker run in full on every frame, then
+their answer is replaced by scripted faces (:class:`ScriptedAnalyser`), driven by capture time.
+Settings: fp16, ``face_selector=many``, detect every 3, the pose cache on, rotation off.
+
+Phases (``--phase-seconds`` each, after the start-up warm-up): 1 face; a 2nd face appears;
+4 faces; back to 1 face; 1 face growing from 15 % to 60 % of the frame height. Then a soak
+(``--soak-seconds``): 1-4 faces of 10-60 % of the height, a new scene every 0.5 s, reported per
+30 s window. "dropped" counts frames the runner dropped (capture → engine slot) or the camera did
+not send, in that phase; "captures" counts CUDA graphs captured in it (none, after a warm-up).
+
+    python benchmarks/bench_live_tail.py --phase-seconds 6 --soak-seconds 120
+    python benchmarks/bench_live_tail.py --host-only      # the host-CPU rows alone
+
+It runs on the tree it is started from (``--tree`` puts another tree first on the path for an
+A/B: the figures of the landed code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+_tree = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--tree"), None)
+sys.path.insert(0, str(Path(_tree).resolve() if _tree else Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+__import__("livefuse")  # before bench_frame_path, which puts its own tree first on the path
+
+import numpy as np  # noqa: E402
+from bench_frame_path import ScriptedAnalyser, frames_for  # noqa: E402
+
+from livefuse.config import AppConfig, CacheConfig, EngineConfig  # noqa: E402
+from livefuse.engine import Engine  # noqa: E402
+from livefuse.imaging import LoadedImage  # noqa: E402
+from livefuse.metrics import Metrics  # noqa: E402
+from livefuse.samples import astronaut  # noqa: E402
+from livefuse.swap.neural_engine import NeuralPaths, build_neural  # noqa: E402
+from livefuse.testing.synthetic import face_kps  # noqa: E402
+from livefuse.types import Face  # noqa: E402
+
+SIZE = (1920, 1080)
+FPS = 60.0
+
+
+def _captures() -> int:
+    try:
+        from livefuse.models.graph_cache import cuda_captures
+    except ImportError:  # the landed tree has no graph cache
+        return -1
+    return cuda_captures()
+
+
+class RecordingMetrics(Metrics):
+    """Metrics that also keep every frame's (capture time, latency)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[tuple[int, float]] = []
+        self._rec_lock = threading.Lock()
+
+    def frame_out(self, t_capture_ns: int, t_sent_ns: int | None = None) -> None:
+        now = time.perf_counter_ns() if t_sent_ns is None else t_sent_ns
+        super().frame_out(t_capture_ns, now)
+        with self._rec_lock:
+            self.frames.append((t_capture_ns, (now - t_capture_ns) / 1e6))
+
+    def between(self, t0: int, t1: int) -> np.ndarray:
+        with self._rec_lock:
+            return np.array([lat for t, lat in self.frames if t0 <= t < t1], np.float64)
+
+
+def _face(cx: float, cy: float, height_frac: float, roll: float = 0.0) -> Face:
+    h = SIZE[1]
+    eye = height_frac * h / 2.4  # eye distance of a face that tall (bench_frame_path's ratio)
+    kps = face_kps(cx, cy, eye, roll)
+    x0, y0 = kps.min(0) - eye
+    x1, y1 = kps.max(0) + eye
+    return Face(bbox=np.array([x0, y0, x1, y1], np.float32), kps=kps, score=0.9)
+
+
+class Scene:
+    """The scripted faces as a function of capture time; the main thread swaps the script."""
+
+    def __init__(self) -> None:
+        self.script: Any = lambda t: [_face(SIZE[0] * 0.5, SIZE[1] * 0.5, 0.18)]
+        self.t_ns = 0
+
+    def __call__(self, _index: int) -> list[Face]:
+        return list(self.script(self.t_ns / 1e9))
+
+
+def _drift(cx: float, cy: float, frac: float, t: float, k: int = 0) -> Face:
+    s = np.sin(t * 2.0 + k)
+    return _face(cx + 0.02 * SIZE[0] * s, cy + 0.01 * SIZE[1] * np.cos(t * 1.7 + k), frac, 6.0 * s)
+
+
+def one_face(t: float) -> list[Face]:
+    return [_drift(SIZE[0] * 0.5, SIZE[1] * 0.5, 0.18, t)]
+
+
+def two_faces(t: float) -> list[Face]:
+    return [_drift(SIZE[0] * 0.33, SIZE[1] * 0.5, 0.18, t), _drift(SIZE[0] * 0.7, SIZE[1] * 0.45,
+                                                                   0.2, t, 1)]
+
+
+def four_faces(t: float) -> list[Face]:
+    return [_drift(SIZE[0] * (0.25 + 0.5 * (k % 2)), SIZE[1] * (0.3 + 0.4 * (k // 2)),
+                   0.14 + 0.03 * k, t, k) for k in range(4)]
+
+
+def growing(t0: float, seconds: float) -> Any:
+    def script(t: float) -> list[Face]:
+        a = min(max((t - t0) / seconds, 0.0), 1.0)
+        return [_drift(SIZE[0] * 0.5, SIZE[1] * 0.5, 0.15 + 0.45 * a, t)]
+    return script
+
+
+def soak_script(seed: int) -> Any:
+    rng = np.random.default_rng(seed)
+    scenes: dict[int, list[tuple[float, float, float]]] = {}
+
+    def script(t: float) -> list[Face]:
+        k = int(t / 0.5)
+        if k not in scenes:
+            n = int(rng.integers(1, 5))
+            scenes[k] = [(float(rng.uniform(0.2, 0.8)), float(rng.uniform(0.3, 0.7)),
+                          float(rng.uniform(0.10, 0.60))) for _ in range(n)]
+        return [_drift(x * SIZE[0], y * SIZE[1], f, t, j) for j, (x, y, f) in enumerate(scenes[k])]
+    return script
+
+
+def _stats(lat: np.ndarray) -> str:
+    if not len(lat):
+        return "| - | - | - | - |"
+    p50, p95, p99 = np.percentile(lat, [50, 95, 99])
+    return f"| {p50:.2f} | {p95:.2f} | {p99:.2f} | {lat.max():.1f} |"
+
+
+def _drops(runner: Any, cam: Any) -> int:
+    s = runner.metrics.snapshot(memory=False)
+    return int(sum(s.dropped.values())) + int(cam.unsent)
+
+
+def _vram() -> tuple[float, float]:
+    import torch
+
+    return torch.cuda.memory_allocated() / 2**30, torch.cuda.memory_reserved() / 2**30
+
+
+def _build(paths: NeuralPaths, scene: Scene) -> tuple[Engine, ScriptedAnalyser]:
+    cfg = EngineConfig(engine="neural", backend="torch", precision="fp16", device="cuda",
+                       face_selector="many", detect_every=3, rotation="off")
+    analyser, renderer = build_neural(cfg, paths)
+    scripted = ScriptedAnalyser(analyser, scene)
+    engine = Engine(cfg, components=(scripted, renderer), cache=CacheConfig(enabled=True))
+    engine.set_source(LoadedImage(bgr=astronaut(), alpha=None, path=Path("astronaut.png")))
+    process = engine.process
+
+    def timed(frame: Any, index: int = 0, t_capture_ns: int | None = None, *a: Any,
+              **kw: Any) -> Any:
+        scene.t_ns = t_capture_ns or time.perf_counter_ns()
+        return process(frame, index, t_capture_ns, *a, **kw)
+
+    engine.process = timed  # type: ignore[method-assign]
+    return engine, scripted
+
+
+def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
+    import torch
+    from bench_frame_path import register_null_camera
+
+    from livefuse.io.sinks import VirtualCameraSink
+    from livefuse.io.sources import FramesSource
+    from livefuse.live import LiveRunner
+
+    register_null_camera()
+    scene = Scene()
+    engine, _ = _build(paths, scene)
+    metrics = RecordingMetrics()
+    cam = VirtualCameraSink(SIZE[0], SIZE[1], FPS, backend="null")
+    runner = LiveRunner(engine, FramesSource(frames_for(SIZE, 30), fps=FPS), [cam],
+                        AppConfig(engine=engine.config, cache=CacheConfig(enabled=True)),
+                        metrics=metrics)
+    t_start = time.perf_counter()
+    runner.start()
+    # the start-up warm-up runs on the first frame: wait for it (the landed tree has none: 3 s)
+    deadline = time.perf_counter() + 120
+    while time.perf_counter() < deadline:
+        time.sleep(0.1)
+        warm = getattr(engine, "warm_up_s", None)
+        if warm is None and time.perf_counter() - t_start > 3.0:
+            break
+        if warm and metrics.frames:
+            break
+    time.sleep(1.0)
+    warm_s = getattr(engine, "warm_up_s", None)
+    print(f"\n# LiveRunner {SIZE[0]}x{SIZE[1]} at {FPS:.0f} fps -> virtual camera; fp16, detect "
+          f"every 3, cache on; start-up warm-up "
+          f"{f'{warm_s:.2f} s' if warm_s else 'none (3 s wait)'}, "
+          f"ready {time.perf_counter() - t_start:.1f} s after start")
+    a0, r0 = _vram()
+    print(f"VRAM after the warm-up: torch allocated {a0:.2f} GiB, reserved {r0:.2f} GiB")
+    print(f"\n| phase ({phase_s:.0f} s each) | frames | p50 ms | p95 | p99 | max | dropped | "
+          "captures | host CPU ms/frame |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    phases = [("1 face after warm-up", lambda t0: one_face),
+              ("a 2nd face appears", lambda t0: two_faces),
+              ("4 faces", lambda t0: four_faces),
+              ("back to 1 face", lambda t0: one_face),
+              ("1 face growing from 15 % to 60 % of the height",
+               lambda t0: growing(t0, phase_s))]
+    for name, make in phases:
+        d0, c0, cpu0 = _drops(runner, cam), _captures(), time.process_time()
+        t0 = time.perf_counter_ns()
+        scene.script = make(t0 / 1e9)
+        time.sleep(phase_s)
+        t1 = time.perf_counter_ns()
+        lat = metrics.between(t0, t1)
+        cpu = (time.process_time() - cpu0) * 1e3 / max(len(lat), 1)
+        print(f"| {name} | {len(lat)} {_stats(lat)} {_drops(runner, cam) - d0} | "
+              f"{_captures() - c0} | {cpu:.2f} |", flush=True)
+
+    if soak_s > 0:
+        print(f"\n# soak: 1-4 faces of 10-60 % height, a new scene every 0.5 s, {soak_s:.0f} s "
+              "(per 30 s window)\n")
+        print("| window | frames | p50 ms | p95 | p99 | max | dropped | captures | allocated "
+              "GiB | reserved GiB |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        scene.script = soak_script(seed)
+        t_soak = time.perf_counter_ns()
+        w = 0
+        while (time.perf_counter_ns() - t_soak) / 1e9 < soak_s - 1e-3:
+            span = min(30.0, soak_s - (time.perf_counter_ns() - t_soak) / 1e9)
+            d0, c0 = _drops(runner, cam), _captures()
+            t0 = time.perf_counter_ns()
+            peak = (0.0, 0.0)
+            end = time.perf_counter() + span
+            while time.perf_counter() < end:
+                time.sleep(0.5)
+                a, r = _vram()
+                peak = (max(peak[0], a), max(peak[1], r))
+            t1 = time.perf_counter_ns()
+            lat = metrics.between(t0, t1)
+            print(f"| {w * 30}-{w * 30 + span:.0f} s | {len(lat)} {_stats(lat)} "
+                  f"{_drops(runner, cam) - d0} | {_captures() - c0} | {peak[0]:.2f} | "
+                  f"{peak[1]:.2f} |", flush=True)
+            w += 1
+    runner.stop(2.0)
+    cam.close()
+    print(f"\nrunner errors: {runner.errors}; torch max allocated "
+          f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB, max reserved "
+          f"{torch.cuda.max_memory_reserved() / 2**30:.2f} GiB")
+
+
+def _host_row(paths: NeuralPaths, cfg: EngineConfig, cache: CacheConfig,
+              frames: list[np.ndarray], n: int, warmup: int) -> tuple[float, float]:
+    """ms per frame (p50) and the process's CPU ms per frame over ``stage`` + ``process``: the
+    frame path's own host cost. The harness's fresh copy of each camera frame (a 6 MB memcpy,
+    ~0.9 ms on the H200's host) is made outside the measure."""
+    import statistics
+
+    from bench_frame_path import build
+
+    engine, scripted = build(paths, cfg, cache, 1, SIZE)
+    times, cpu = [], 0.0
+    staged = engine.stage(frames[0].copy())
+    for i in range(warmup + n):
+        scripted.index = i
+        fresh = frames[(i + 1) % len(frames)].copy()
+        c0 = time.process_time()
+        nxt = engine.stage(fresh)
+        t1 = time.perf_counter()
+        packet = engine.process(staged, i, t_capture_ns=i * 16_666_667, in_place=True)
+        t2 = time.perf_counter()
+        c1 = time.process_time()
+        assert packet.swapped == 1
+        if i >= warmup:
+            times.append((t2 - t1) * 1e3)
+            cpu += c1 - c0
+        staged = nxt
+    return statistics.median(times), cpu * 1e3 / n
+
+
+def host_rows(paths: NeuralPaths, n: int, warmup: int, profile: bool) -> None:
+    """``Engine.process`` at 1080p with one face, frames staged one ahead and written in place
+    (as the live runner runs it): ms per frame and the host CPU per frame (:func:`_host_row`)."""
+    print("\n# Engine.process, 1920x1080, 1 face, fp16 (staged one ahead, in place)\n")
+    print("| cache | detect every | ms/frame p50 | host CPU ms/frame (stage + process) |")
+    print("|---|---:|---:|---:|")
+    frames = frames_for(SIZE, 8)
+    for cache_on, every in ((False, 1), (True, 3)):
+        cfg = EngineConfig(engine="neural", backend="torch", precision="fp16", device="cuda",
+                           face_selector="many", detect_every=every, smooth=False,
+                           rotation="off")
+        ms, cpu = _host_row(paths, cfg, CacheConfig(enabled=cache_on), frames, n, warmup)
+        print(f"| {'on' if cache_on else 'off'} | {every} | {ms:.2f} | {cpu:.2f} |", flush=True)
+    if profile:
+        import cProfile
+        import pstats
+
+        from bench_frame_path import build
+
+        cfg = EngineConfig(engine="neural", backend="torch", precision="fp16", device="cuda",
+                           face_selector="many", detect_every=3, smooth=False, rotation="off")
+        engine, scripted = build(paths, cfg, CacheConfig(enabled=True), 1, SIZE)
+        staged = engine.stage(frames[0].copy())
+        for i in range(warmup):
+            scripted.index = i
+            nxt = engine.stage(frames[(i + 1) % 8].copy())
+            engine.process(staged, i, in_place=True)
+            staged = nxt
+        prof = cProfile.Profile()
+        prof.enable()
+        for i in range(warmup, warmup + n):
+            scripted.index = i
+            nxt = engine.stage(frames[(i + 1) % 8].copy())
+            engine.process(staged, i, in_place=True)
+            staged = nxt
+        prof.disable()
+        print(f"\n# cProfile, {n} frames, detect every 3 + cache (tottime, top 25)\n```")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        print("```")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phase-seconds", type=float, default=6.0)
+    ap.add_argument("--soak-seconds", type=float, default=120.0)
+    ap.add_argument("--n", type=int, default=300, help="frames per host-CPU row")
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--host-only", action="store_true")
+    ap.add_argument("--no-host", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="cProfile the host (one row)")
+    ap.add_argument("--tree", default=None, help="run this livefuse tree (A/B)")
+    ap.add_argument("--models", default=None,
+                    help="folder for the replicas (reused when there; default: a temporary one)")
+    args = ap.parse_args()
+    import tempfile
+
+    import torch
+
+    from livefuse.bench import git_commit, machine
+    from livefuse.testing.replicas import build_arcface_replica, build_scrfd_replica
+    from livefuse.testing.synthetic import build_synthetic_inswapper
+
+    livefuse = sys.modules["livefuse"]
+    print(f"# bench_live_tail, tree {Path(livefuse.__file__).parents[1]}, commit {git_commit()}, "
+          f"{machine()}, torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(args.models or tmp)
+        d.mkdir(parents=True, exist_ok=True)
+        files = (d / "det_10g.onnx", d / "w600k_r50.onnx", d / "inswapper_128.onnx")
+        if all(f.is_file() for f in files):
+            paths = NeuralPaths(*files)
+        else:
+            paths = NeuralPaths(build_scrfd_replica(files[0]), build_arcface_replica(files[1]),
+                                build_synthetic_inswapper(files[2], width=128))
+        if not args.host_only:
+            live(paths, args.phase_seconds, args.soak_seconds, args.seed)
+        if not args.no_host:
+            host_rows(paths, args.n, args.warmup, args.profile)
+
+
+if __name__ == "__main__":
+    main()

@@ -5,12 +5,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 from livefuse import __version__
-from livefuse.cli_args import HelpFormatter, add_engine_args, engine_config
+from livefuse.cli_args import (
+    HelpFormatter,
+    add_engine_args,
+    add_video_args,
+    engine_config,
+    video_options,
+)
 from livefuse.errors import LivefuseError
 
 
@@ -27,11 +35,12 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from livefuse.engine import Engine
     from livefuse.imaging import load_image
-    from livefuse.run import check_run_paths, run
+    from livefuse.run import EXIT_INCOMPLETE, check_run_paths, run
 
     # before the engine and the source: a wrong output path costs no model load or detection
     check_run_paths(args.target, args.output, {"source": args.source,
                                                "reference": args.reference})
+    video = video_options(args)
     config = engine_config(args)
     if config.face_selector == "reference" and args.reference is None:
         raise LivefuseError("--face-selector reference needs --reference PHOTO")
@@ -44,8 +53,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.reference is not None:
         engine.set_reference(load_image(args.reference))
     summary = run(engine, args.target, args.output, progress=not args.quiet,
-                  other_inputs={"source": args.source, "reference": args.reference})
+                  other_inputs={"source": args.source, "reference": args.reference},
+                  video=video)
     print("\n".join(summary.lines()))
+    if summary.incomplete:
+        print(f"livefuse: warning: {summary.incomplete}; '{args.output}' holds the "
+              f"{summary.frames} frames decoded (exit status {EXIT_INCOMPLETE})",
+              file=sys.stderr)
+        return EXIT_INCOMPLETE
     return 0
 
 
@@ -118,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", type=Path, required=True, help="output image or video")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     _engine_args(p)
+    add_video_args(p)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser(
@@ -153,7 +169,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C so the same clean-up runs (every thread
+    stopped, no part file left); the CLI then exits 143 (128 + SIGTERM)."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    # `live` and the desktop app install their own handlers over this one while they run
+    old = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -173,6 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LivefuseError as exc:
         print(f"livefuse: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("livefuse: terminated (SIGTERM); no partial output was kept", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("livefuse: interrupted", file=sys.stderr)
         return 130

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from livefuse.config import (
     BACKEND_CHOICES,
@@ -21,6 +22,9 @@ from livefuse.config import (
     Rotation,
 )
 from livefuse.errors import ConfigError
+
+if TYPE_CHECKING:
+    from livefuse.io.video import VideoOptions
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -179,3 +183,31 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         face_mask_blur=args.face_mask_blur,
                         face_mask_padding=tuple(args.face_mask_padding or d.face_mask_padding),
                         enhancer=args.enhancer, enhancer_blend=args.enhancer_blend).validate()
+
+
+def add_video_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--video-encoder`` and ``--video-decoder`` (`run` and `batch`)."""
+    from livefuse.config import VIDEO_DECODER_CHOICES, VIDEO_ENCODER_CHOICES
+
+    p.add_argument("--video-encoder", choices=VIDEO_ENCODER_CHOICES, default="auto",
+                   help="video output encoder: auto = NVENC H.264 when it really opens on this "
+                        "GPU, else libx264 (`livefuse doctor` lists what opens) "
+                        "(default: %(default)s)")
+    p.add_argument("--video-decoder", choices=VIDEO_DECODER_CHOICES, default="auto",
+                   help="video input decoding: auto = NVDEC when the codec and a CUDA device "
+                        "allow, else the CPU; the summary says which ran and why "
+                        "(default: %(default)s)")
+
+
+def video_options(args: argparse.Namespace) -> VideoOptions:
+    """The :class:`~livefuse.io.video.VideoOptions` for parsed :func:`add_video_args` options;
+    a named encoder that does not open here is refused now, before any model is loaded.
+
+    Raises:
+        LivefuseError: the encoder does not open on this machine.
+    """
+    from livefuse.io.codecs import choose_encoder
+    from livefuse.io.video import VideoOptions
+
+    choose_encoder(args.video_encoder)
+    return VideoOptions(encoder=args.video_encoder, decoder=args.video_decoder)

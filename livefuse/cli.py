@@ -15,21 +15,12 @@ from livefuse import __version__
 from livefuse.cli_args import (
     HelpFormatter,
     add_engine_args,
+    add_source_args,
     add_video_args,
-    engine_config,
+    source_config,
     video_options,
 )
 from livefuse.errors import LivefuseError
-
-
-def _engine_args(p: argparse.ArgumentParser) -> None:
-    add_engine_args(p)
-    p.add_argument("--source-face-index", type=int, default=None,
-                   help="face of the source photo to use, left to right from 0 among the "
-                        "plausible faces (default: the most confident one)")
-    p.add_argument("--reference", type=Path, default=None,
-                   help="photo of the target person: swap only the face nearest to it (implies "
-                        "--face-selector reference)")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -41,11 +32,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_run_paths(args.target, args.output, {"source": args.source,
                                                "reference": args.reference})
     video = video_options(args)
-    config = engine_config(args)
-    if config.face_selector == "reference" and args.reference is None:
-        raise LivefuseError("--face-selector reference needs --reference PHOTO")
-    if args.reference is not None and config.face_selector != "reference":
-        raise LivefuseError("--reference is used only with --face-selector reference")
+    config = source_config(args)
     engine = Engine(config)
     engine.set_source(load_image(args.source), face_index=args.source_face_index)
     for note in engine.source_notes:
@@ -132,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", "-t", type=Path, required=True, help="image or video to change")
     p.add_argument("--output", "-o", type=Path, required=True, help="output image or video")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    _engine_args(p)
+    add_engine_args(p)
+    add_source_args(p)
     add_video_args(p)
     p.set_defaults(func=_cmd_run)
 
@@ -145,12 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
 
-    from livefuse import live_cli
+    from livefuse import batch_cli, live_cli
     from livefuse.models import cli as models_cli
 
     models_cli.add_parser(sub)
     models_cli.add_doctor_parser(sub)
     live_cli.add_parser(sub)
+    batch_cli.add_parser(sub)
     _gui_parser(sub)
 
     p = sub.add_parser(

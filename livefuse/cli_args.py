@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from livefuse.config import (
@@ -211,3 +212,29 @@ def video_options(args: argparse.Namespace) -> VideoOptions:
 
     choose_encoder(args.video_encoder)
     return VideoOptions(encoder=args.video_encoder, decoder=args.video_decoder)
+
+
+def add_source_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--source-face-index`` and ``--reference`` (`run` and `batch`)."""
+    p.add_argument("--source-face-index", type=int, default=None,
+                   help="face of the source photo to use, left to right from 0 among the "
+                        "plausible faces (default: the most confident one)")
+    p.add_argument("--reference", type=Path, default=None,
+                   help="photo of the target person: swap only the face nearest to it (implies "
+                        "--face-selector reference)")
+
+
+def source_config(args: argparse.Namespace) -> EngineConfig:
+    """:func:`engine_config` for commands with :func:`add_source_args` options, which must agree
+    with the face selector.
+
+    Raises:
+        ConfigError: as :func:`engine_config`; ``reference`` without ``--reference`` or the
+            other way round.
+    """
+    config = engine_config(args)
+    if config.face_selector == "reference" and args.reference is None:
+        raise ConfigError("--face-selector reference needs --reference PHOTO")
+    if args.reference is not None and config.face_selector != "reference":
+        raise ConfigError("--reference is used only with --face-selector reference")
+    return config

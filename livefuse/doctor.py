@@ -232,6 +232,27 @@ def check_stages() -> list[Check]:
     return [Check(f"neural {p.stage}", "info", p.where, (p.why,)) for p in plan]
 
 
+def check_video() -> list[Check]:
+    """The video encoders and decoders that really open here (``run`` and ``batch``), NVENC and
+    NVDEC each in one line, and whether ``batch`` has Ray for parallel workers."""
+    from livefuse.io.codecs import encoder_lines, nvdec_line
+
+    try:
+        enc = encoder_lines()
+        nvdec = nvdec_line()
+    except Exception as exc:  # a broken PyAV is reported, not raised
+        return [Check("video", "fail", f"PyAV cannot probe codecs: {exc}", ("pip install av",))]
+    checks = [Check("video encoders", "ok", enc[0].split(": ", 1)[1])]
+    checks += [Check(line.split(":")[0], "info", line.split(": ", 1)[1])
+               for line in (*enc[1:], nvdec)]
+    ray = importlib.util.find_spec("ray") is not None
+    checks.append(Check("batch", "ok" if ray else "info",
+                        "Ray installed: `livefuse batch` runs parallel workers" if ray else
+                        "Ray not installed: `livefuse batch` runs its items one after another "
+                        "in this process", () if ray else ('pip install ".[batch]"',)))
+    return checks
+
+
 def collect(models_directory: Path | None = None, *,
             version_of: Callable[[str], str | None] = _installed_version,
             platform: str = sys.platform,
@@ -239,7 +260,7 @@ def collect(models_directory: Path | None = None, *,
     """Run every check. Never raises for a missing optional piece."""
     return [check_python(), *check_engine(models_directory, version_of), *check_torch(),
             *check_onnxruntime(version_of), *check_stages(), *check_models(models_directory),
-            *check_cameras(platform, sysfs)]
+            *check_cameras(platform, sysfs), *check_video()]
 
 
 _MARK = {"ok": " ok ", "info": "info", "warn": "WARN", "fail": "FAIL"}

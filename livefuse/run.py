@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,7 +116,8 @@ class EngineProcessor:
 
 def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
               video: VideoOptions | None = None, span: Span | None = None,
-              on_frame: Callable[[int], None] | None = None) -> RunSummary:
+              on_frame: Callable[[int], None] | None = None,
+              cancel: threading.Event | None = None) -> RunSummary:
     """Swap onto every frame of a video, keeping its audio streams and frame rate.
 
     Decode, upload, swap, convert and encode run on their own threads (``video.pipelined``,
@@ -126,6 +128,8 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
         span: only this keyframe-aligned chunk, video only (``livefuse batch``); a chunk without
             a face is not an error there (the whole video is judged after the join).
         on_frame: called with the frames written so far (from the encoding thread).
+        cancel: set from another thread to stop (raises
+            :class:`~livefuse.io.pipeline.Cancelled`; no part file is left).
 
     Raises:
         VideoError: unreadable input or unwritable output.
@@ -146,7 +150,8 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
     try:
         result = transcode(target, output, on_frame=count, options=video, span=span,
                            processor=EngineProcessor(engine, summary),
-                           keep=lambda: span is not None or summary.faces_swapped > 0)
+                           keep=lambda: span is not None or summary.faces_swapped > 0,
+                           cancel=cancel)
     finally:
         bar.close()
         engine.reset_tracking()

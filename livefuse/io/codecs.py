@@ -93,7 +93,7 @@ def probe_encoder(name: str, width: int = 256, height: int = 256) -> str | None:
         ``None`` when it opens; else why not, as a sentence.
     """
     try:
-        ctx = av.codec.CodecContext.create(name, "w")
+        ctx: Any = av.codec.CodecContext.create(name, "w")
     except (av.error.FFmpegError, ValueError) as exc:
         return f"not in this FFmpeg build ({plain_av_error(exc)})"
     ctx.width, ctx.height, ctx.pix_fmt = width, height, "yuv420p"
@@ -103,11 +103,16 @@ def probe_encoder(name: str, width: int = 256, height: int = 256) -> str | None:
     try:
         ctx.open()
     except (av.error.FFmpegError, OSError, ValueError) as exc:
-        hint = " (needs an NVIDIA GPU with NVENC and its driver)" if "nvenc" in name else ""
-        return f"does not open here: {plain_av_error(exc)}{hint}"
+        hint = "; it needs an NVIDIA GPU with NVENC and its driver" if "nvenc" in name else ""
+        return f"does not open here (FFmpeg: {_ffmpeg_says(exc)}{hint})"
     finally:
         del ctx
     return None
+
+
+def _ffmpeg_says(exc: BaseException) -> str:
+    """FFmpeg's own words for a failed open, without the errno."""
+    return str(getattr(exc, "strerror", None) or exc)
 
 
 def choose_encoder(name: str = "auto", crf: int = DEFAULT_CRF) -> EncoderChoice:
@@ -128,13 +133,13 @@ def choose_encoder(name: str = "auto", crf: int = DEFAULT_CRF) -> EncoderChoice:
             raise LivefuseError(f"--video-encoder {name} {why}; `livefuse doctor` lists the "
                                 "encoders that open")
         return EncoderChoice(name, encoder_options(name, crf), note=f"{name} (chosen)")
-    skipped = []
+    skipped: list[str] = []
     for cand in AUTO_ENCODERS:
         why = probe_encoder(cand)
         if why is None:
             note = f"{cand} (auto" + (f"; {skipped[0]}" if skipped else "") + ")"
             return EncoderChoice(cand, encoder_options(cand, crf), note=note)
-        skipped.append(f"{cand} {why.split(':')[0]}")
+        skipped.append(f"{cand} {why.split(' (')[0]}")
     raise LivefuseError("no H.264 encoder opens here (libx264 is part of PyAV's wheel: "
                         "reinstall av)")
 
@@ -149,8 +154,8 @@ def encoder_lines() -> list[str]:
         lines.append(f"NVENC: {', '.join(opened)} open (--video-encoder auto uses h264_nvenc)")
     else:
         why = next(iter(nvenc.values())) or ""
-        lines.append(f"NVENC: absent ({why.removeprefix('does not open here: ')}); "
-                     "files are encoded with libx264 on the CPU")
+        lines.append(f"NVENC: absent: h264_nvenc {why}; files are encoded with libx264 on the "
+                     "CPU")
     return lines
 
 
@@ -158,7 +163,7 @@ def nvdec_line() -> str:
     """``livefuse doctor``: whether NVDEC decoding can start (a CUDA device for H.264)."""
     why = _nvdec_unavailable("h264")
     return "NVDEC: available (H.264/HEVC/AV1 decoding on the GPU)" if why is None else \
-        f"NVDEC: absent ({why}); videos are decoded on the CPU"
+        f"NVDEC: absent: {why}; videos are decoded on the CPU"
 
 
 @functools.lru_cache(maxsize=16)
@@ -177,7 +182,7 @@ def _nvdec_unavailable(codec: str) -> str | None:
     try:
         HWAccel("cuda").create(c)
     except (av.error.FFmpegError, OSError, ValueError) as exc:
-        return f"no CUDA device: {plain_av_error(exc)}"
+        return f"no CUDA device opens (FFmpeg: {_ffmpeg_says(exc)})"
     return None
 
 

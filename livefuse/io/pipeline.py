@@ -62,6 +62,10 @@ class ChainStats:
         self.busy_s[name] = self.busy_s.get(name, 0.0) + seconds
 
 
+class Cancelled(Exception):
+    """The chain's ``cancel`` event was set (another thread asked the job to stop)."""
+
+
 class _Stopped(Exception):
     """Internal: the chain was stopped while this thread waited."""
 
@@ -110,7 +114,7 @@ class _Chain:
 
 def run_chain(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[Any], None], *,
               threaded: bool = True, sink_depth: int = 4, stats: ChainStats | None = None,
-              name: str = "livefuse") -> None:
+              name: str = "livefuse", cancel: threading.Event | None = None) -> None:
     """Drive every item of ``source`` through ``stages`` into ``sink``.
 
     Args:
@@ -122,8 +126,10 @@ def run_chain(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[An
         sink_depth: capacity of the queue in front of the sink.
         stats: filled with each stage's busy time.
         name: thread name prefix.
+        cancel: set from any thread to stop the chain; it then raises :class:`Cancelled`.
 
     Raises:
+        Cancelled: ``cancel`` was set before the source was exhausted.
         BaseException: the first error raised by the source, a stage or the sink (re-raised
             here, on the calling thread), or whatever interrupted the calling thread.
     """
@@ -131,9 +137,9 @@ def run_chain(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[An
     t_start = time.perf_counter()
     try:
         if not threaded:
-            _serial(source, stages, sink, stats)
+            _serial(source, stages, sink, stats, cancel)
         else:
-            _threaded(source, stages, sink, sink_depth, stats, name)
+            _threaded(source, stages, sink, sink_depth, stats, name, cancel)
     finally:
         stats.wall_s = time.perf_counter() - t_start
 
@@ -147,9 +153,11 @@ def _timed(stats: ChainStats, name: str, fn: Callable[[Any], Any], item: Any) ->
 
 
 def _serial(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[Any], None],
-            stats: ChainStats) -> None:
+            stats: ChainStats, cancel: threading.Event | None) -> None:
     it = iter(source)
     while True:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled
         t0 = time.perf_counter()
         item = next(it, _END)
         stats.add("source", time.perf_counter() - t0)
@@ -162,7 +170,8 @@ def _serial(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[Any]
 
 
 def _threaded(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[Any], None],
-              sink_depth: int, stats: ChainStats, name: str) -> None:
+              sink_depth: int, stats: ChainStats, name: str,
+              cancel: threading.Event | None) -> None:
     chain = _Chain(stages, sink_depth)
     lock = threading.Lock()
 
@@ -229,6 +238,8 @@ def _threaded(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[An
             # a join with a timeout in a loop: the calling thread stays responsive to signals
             while t.is_alive():
                 t.join(0.2)
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled
                 if chain.stop.is_set():
                     break
     except BaseException as exc:
@@ -241,4 +252,4 @@ def _threaded(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[An
         raise chain.error
 
 
-__all__ = ["ChainStats", "Passthrough", "Stage", "run_chain"]
+__all__ = ["Cancelled", "ChainStats", "Passthrough", "Stage", "run_chain"]

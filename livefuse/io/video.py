@@ -13,6 +13,7 @@ interrupted run never leaves a half-written file under the final name and never 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -302,21 +303,38 @@ class _Decoder:
 
     def incomplete(self, declared: int, duration: Fraction | None) -> str | None:
         """Why the input (a whole file) gave fewer frames than it declares, or ``None``."""
-        missing = declared - self.decoded
-        if declared > 0 and missing > max(1, declared * EARLY_END_TOLERANCE):
-            why = f": {self.error}" if self.error else ""
-            return f"input ended early: {self.decoded} of {declared} frames{why}"
-        if declared <= 0 and duration and self.last_pts is not None and \
-                self.first_pts is not None:
-            got = (self.last_pts - self.first_pts) * self.tb + 1 / self.rate
-            if duration - got > max(Fraction(1, 2), 2 / self.rate):
-                about = round(duration * self.rate)
-                return (f"input ended early: {self.decoded} frames, {float(got):.1f} s of "
-                        f"{float(duration):.1f} s (about {about} frames)")
-        if self.error is not None:
-            return f"input damaged: {self.bad_packets or 1} part(s) could not be decoded " \
-                   f"({self.error}); {self.decoded} frames decoded"
-        return None
+        covered = None
+        if self.last_pts is not None and self.first_pts is not None:
+            covered = (self.last_pts - self.first_pts) * self.tb + 1 / self.rate
+        return incomplete_reason(self.decoded, declared, duration, covered, self.rate,
+                                 self.error, self.bad_packets)
+
+
+def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
+                      covered: Fraction | None, rate: Fraction, error: str | None = None,
+                      bad_packets: int = 0) -> str | None:
+    """Why a video gave fewer frames than its container declares, or ``None``.
+
+    Args:
+        decoded: frames decoded. declared: the container's frame count (0 when it has none).
+        duration: the container's duration (s), used when it declares no count.
+        covered: seconds the decoded frames cover (first to last, plus one frame).
+        error: the decoding error that stopped or interrupted it, if any.
+        bad_packets: packets that could not be decoded and were skipped.
+    """
+    missing = declared - decoded
+    if declared > 0 and missing > max(1, declared * EARLY_END_TOLERANCE):
+        why = f": {error}" if error else ""
+        return f"input ended early: {decoded} of {declared} frames{why}"
+    if declared <= 0 and duration and covered is not None and \
+            duration - covered > max(Fraction(1, 2), 2 / rate):
+        about = round(duration * rate)
+        return (f"input ended early: {decoded} frames, {float(covered):.1f} s of "
+                f"{float(duration):.1f} s (about {about} frames)")
+    if error is not None:
+        return (f"input damaged: {bad_packets or 1} part(s) could not be decoded ({error}); "
+                f"{decoded} frames decoded")
+    return None
 
 
 class _NvdecRefused(Exception):
@@ -381,8 +399,8 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
               process: Callable[[Frame, int], Frame] | None = None,
               on_frame: Callable[[int], None] | None = None, crf: int | None = None,
               keep: Callable[[], bool] | None = None, options: VideoOptions | None = None,
-              span: Span | None = None,
-              processor: FrameProcessor | None = None) -> TranscodeResult:
+              span: Span | None = None, processor: FrameProcessor | None = None,
+              cancel: threading.Event | None = None) -> TranscodeResult:
     """Run ``process`` on every frame of ``src`` and write ``dst`` (encoded video + the
     original audio).
 
@@ -399,6 +417,8 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         options: encoder, decoder, threads (:class:`VideoOptions`; defaults when omitted).
         span: write only this keyframe-aligned chunk, video only (``livefuse batch`` joins the
             chunks and copies the audio once, from the input).
+        cancel: set from another thread to stop (raises
+            :class:`~livefuse.io.pipeline.Cancelled`; no part file is left).
 
     Frame timing is kept: each output frame carries its input frame's timestamp, in the input
     stream's own time base (so variable-frame-rate phone clips keep every frame where it was),
@@ -429,9 +449,10 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         processor = _FunctionProcessor(process)
     choice = choose_encoder(opts.encoder, opts.crf)
     try:
-        return _transcode(s, d, processor, on_frame, keep, opts, choice, span, opts.decoder)
+        return _transcode(s, d, processor, on_frame, keep, opts, choice, span, opts.decoder,
+                          cancel)
     except _NvdecRefused as exc:
-        result = _transcode(s, d, processor, on_frame, keep, opts, choice, span, "cpu")
+        result = _transcode(s, d, processor, on_frame, keep, opts, choice, span, "cpu", cancel)
         result.decoder = f"decode: CPU (NVDEC refused this stream: {exc})"
         return result
 
@@ -439,7 +460,7 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
 def _transcode(s: Path, d: Path, processor: FrameProcessor,
                on_frame: Callable[[int], None] | None, keep: Callable[[], bool] | None,
                opts: VideoOptions, choice: EncoderChoice, span: Span | None,
-               decoder: str) -> TranscodeResult:
+               decoder: str, cancel: threading.Event | None) -> TranscodeResult:
     result = TranscodeResult(encoder=choice.note or choice.name)
     opened = open_video(s, decoder)
     result.decoder = opened.note
@@ -466,7 +487,8 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
                       Stage("convert", enc.convert, opts.depth)]
             try:
                 run_chain(dec, stages, enc.sink, threaded=opts.pipelined,
-                          sink_depth=opts.depth, stats=result.stats, name="livefuse-video")
+                          sink_depth=opts.depth, stats=result.stats, name="livefuse-video",
+                          cancel=cancel)
                 enc.flush()
             except av.error.FFmpegError as exc:
                 hint = " (an audio codec the container cannot hold? try a .mkv output)" \
@@ -508,5 +530,5 @@ def read_frames(path: str | os.PathLike[str]) -> list[Frame]:
 
 
 __all__ = ["OUTPUT_VIDEO_SUFFIXES", "PART_INFIX", "VIDEO_SUFFIXES", "FrameProcessor", "Span",
-           "TranscodeResult", "VideoInfo", "VideoOptions", "is_video_path", "part_path", "probe",
-           "read_frames", "transcode"]
+           "TranscodeResult", "VideoInfo", "VideoOptions", "incomplete_reason", "is_video_path",
+           "part_path", "probe", "read_frames", "transcode"]

@@ -23,7 +23,7 @@ import av
 
 from livefuse.errors import VideoError
 from livefuse.io.codecs import open_video, plain_av_error
-from livefuse.io.video import part_path
+from livefuse.io.video import muxer_options, part_path
 
 
 def _chunk_packets(chunks: Sequence[Path]) -> Iterator[tuple[Fraction, Any]]:
@@ -77,10 +77,10 @@ def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> int:
     dst.parent.mkdir(parents=True, exist_ok=True)
     first = open_video(chunks[0], "cpu").container
     inp = open_video(src, "cpu").container
+    vtemplate = first.streams.video[0]
+    tb = Fraction(vtemplate.time_base)
     try:
-        with first, inp, av.open(str(tmp), "w") as out:
-            vtemplate = first.streams.video[0]
-            tb = Fraction(vtemplate.time_base)
+        with first, inp, av.open(str(tmp), "w", options=muxer_options(dst, tb)) as out:
             pts, dts = _timestamps(chunks, tb)
             if not pts:
                 raise VideoError(src, "the chunks hold no video frame")

@@ -197,6 +197,15 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
                          int(vs.frames or 0), len(c.streams.audio), _declared_duration(c, vs))
 
 
+def muxer_options(path: Path, time_base: Fraction) -> dict[str, str]:
+    """Container options that keep every timestamp exact: an MP4/MOV edit list (which places a
+    track that starts after 0) counts in the movie's timescale, 1/1000 s by default, which would
+    move a 30000/1001 clip's frames by up to half a millisecond; the stream's own is used."""
+    if path.suffix.lower() in (".mp4", ".mov", ".m4v") and 0 < time_base.denominator < 2**31:
+        return {"movie_timescale": str(time_base.denominator)}
+    return {}
+
+
 def _even(n: int) -> int:
     return n + (n & 1)
 
@@ -466,8 +475,11 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
     result.decoder = opened.note
     d.parent.mkdir(parents=True, exist_ok=True)
     tmp = part_path(d)
+    vin = opened.container.streams.video[0]
+    tb = Fraction(vin.time_base) if vin.time_base else Fraction(1, 1000)
     try:
-        with opened.container as inp, av.open(str(tmp), "w") as out:
+        with opened.container as inp, av.open(str(tmp), "w",
+                                              options=muxer_options(d, tb)) as out:
             dec = _Decoder(opened, s, span, decoder)
             w, h = dec.vin.codec_context.width, dec.vin.codec_context.height
             audio_map: dict[int, Any] = {}
@@ -531,4 +543,4 @@ def read_frames(path: str | os.PathLike[str]) -> list[Frame]:
 
 __all__ = ["OUTPUT_VIDEO_SUFFIXES", "PART_INFIX", "VIDEO_SUFFIXES", "FrameProcessor", "Span",
            "TranscodeResult", "VideoInfo", "VideoOptions", "incomplete_reason", "is_video_path",
-           "part_path", "probe", "read_frames", "transcode"]
+           "muxer_options", "part_path", "probe", "read_frames", "transcode"]

@@ -163,7 +163,13 @@ class Terminated(KeyboardInterrupt):
     stopped, no part file left); the CLI then exits 143 (128 + SIGTERM)."""
 
 
+_TERMINATED = threading.Event()
+"""Set by the SIGTERM handler: a library that turns the exception into a plain
+KeyboardInterrupt on its way up (Ray's ``ray.wait``) must not change the exit status."""
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
+    _TERMINATED.set()
     raise Terminated
 
 
@@ -172,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
     # `live` and the desktop app install their own handlers over this one while they run
     old = signal.signal(signal.SIGTERM, _on_sigterm)
+    _TERMINATED.clear()
     try:
         return _main(argv)
     finally:
@@ -198,10 +205,10 @@ def _main(argv: Sequence[str] | None) -> int:
     except LivefuseError as exc:
         print(f"livefuse: error: {exc}", file=sys.stderr)
         return 2
-    except Terminated:
-        print("livefuse: terminated (SIGTERM); no partial output was kept", file=sys.stderr)
-        return 143
     except KeyboardInterrupt:
+        if _TERMINATED.is_set():
+            print("livefuse: terminated (SIGTERM); no partial output was kept", file=sys.stderr)
+            return 143
         print("livefuse: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:

@@ -22,9 +22,12 @@ def frame_picture(i: int, size: tuple[int, int]) -> np.ndarray:
 
 def write_clip(path: Path, pts: Sequence[int], time_base: Fraction, rate: Fraction,
                size: tuple[int, int] = (96, 64), gop: int = 12, audio_tracks: int = 1,
-               open_gop: bool = False) -> Path:
+               open_gop: bool = False, pictures: Sequence[np.ndarray] | None = None) -> Path:
     """H.264 with B-frames at the given ``pts`` (in ``time_base``), a keyframe at least every
-    ``gop`` frames, and ``audio_tracks`` AAC tones covering the video."""
+    ``gop`` frames, and ``audio_tracks`` AAC tones covering the video; the frames are
+    ``pictures`` (``size`` px) or :func:`frame_picture`'s."""
+    if pictures is not None:
+        size = (pictures[0].shape[1], pictures[0].shape[0])
     with av.open(str(path), "w") as out:
         vs = out.add_stream("libx264", rate=rate, time_base=time_base)
         vs.width, vs.height, vs.pix_fmt = size[0], size[1], "yuv420p"
@@ -34,7 +37,8 @@ def write_clip(path: Path, pts: Sequence[int], time_base: Fraction, rate: Fracti
         vs.options = {"crf": "20", "preset": "veryfast", "x264-params": params}
         tracks = [out.add_stream("aac", rate=48000) for _ in range(audio_tracks)]
         for i, p in enumerate(pts):
-            vf = av.VideoFrame.from_ndarray(frame_picture(i, size), format="bgr24")
+            img = pictures[i] if pictures is not None else frame_picture(i, size)
+            vf = av.VideoFrame.from_ndarray(img, format="bgr24")
             vf.pts, vf.time_base = int(p), time_base
             for pkt in vs.encode(vf):
                 out.mux(pkt)
@@ -84,3 +88,17 @@ def audio_packets(path: Path) -> list[tuple[int, Fraction, bytes]]:
         order = {s.index: k for k, s in enumerate(c.streams.audio)}
         return [(order[p.stream.index], Fraction(p.pts) * Fraction(p.time_base), bytes(p))
                 for p in c.demux(*c.streams.audio) if p.dts is not None]
+
+
+def face_clip(path: Path, photo: np.ndarray, face_bbox: Sequence[float], frames: int,
+              size: tuple[int, int] = (320, 240), gop: int = 15, **kw: object) -> Path:
+    """A 30000/1001 clip of camera motion over ``photo`` around the face at ``face_bbox``, one
+    keyframe every ``gop`` frames (so it can be cut into chunks)."""
+    from livefuse.io.synthetic import motion_clip
+
+    x0, y0, x1, y1 = (float(v) for v in face_bbox)
+    pictures = list(motion_clip(photo, size, frames, centre=((x0 + x1) / 2, (y0 + y1) / 2),
+                                face_px=x1 - x0, face_width=110))
+    return write_clip(path, [1001 * i for i in range(frames)], Fraction(1, 30000),
+                      Fraction(30000, 1001), gop=gop, pictures=pictures,
+                      **kw)  # type: ignore[arg-type]

@@ -16,7 +16,9 @@ import concurrent.futures as cf
 import importlib.util
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -165,6 +167,10 @@ def start_ray(address: str | None = None, num_cpus: float | None = None,
         return False
     common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR,
                               "include_dashboard": False}
+    main = threading.current_thread() is threading.main_thread()
+    # Ray's driver installs a C-level SIGTERM handler that aborts the process (exit -6, no
+    # clean-up): the CLI's own handler (clean up, exit 143) is put back after ray.init
+    sigterm = signal.getsignal(signal.SIGTERM) if main else None
     try:
         if address is not None:
             ray.init(address=address, **common)
@@ -175,6 +181,9 @@ def start_ray(address: str | None = None, num_cpus: float | None = None,
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"--address {address}" if address else "the embedded Ray cluster"
         raise LivefuseError(f"{where}: {exc}") from exc
+    finally:
+        if main and sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
     return True
 
 

@@ -113,6 +113,7 @@ class Session:
         self._face_index: int | None = None
         self._runner: LiveRunner | None = None
         self._sinks: dict[_SinkKey, Sink] = {}
+        self._clock: VideoFileSource | None = None
         self._lock = threading.Lock()
 
     # -- state ----------------------------------------------------------------------------------
@@ -212,7 +213,8 @@ class Session:
             return VirtualCameraSink(w, h, fps, device=device, backend=self._vcam_backend,
                                      on_status=self._status)
         path, fps = key.detail
-        return RecorderSink(path, fps=fps, on_status=self._status)
+        # a video file input: the recording keeps the file's timestamps and audio
+        return RecorderSink(path, fps=fps, on_status=self._status, clock=self._clock)
 
     def _sync_sinks(self) -> list[Sink]:
         """Make the sink set match the config; returns the sinks to close once let go of."""
@@ -235,6 +237,7 @@ class Session:
             if self._runner is not None:
                 return
             source = self._source_factory(self._config.capture)
+            self._clock = source if isinstance(source, VideoFileSource) else None
             self._sync_sinks()
             engine, factory = (self._engine, None) if self._engine is not None else \
                 (None, self._engine_factory)
@@ -293,8 +296,9 @@ class Session:
                 self._update_prepared(old, config)
                 return
             if config.capture != old.capture:
-                runner.replace_source(self._source_factory(config.capture),
-                                      config.capture.max_open_attempts)
+                source = self._source_factory(config.capture)
+                self._clock = source if isinstance(source, VideoFileSource) else None
+                runner.replace_source(source, config.capture.max_open_attempts)
             runner.apply(config)
             if config.output != old.output or config.capture != old.capture:
                 removed = self._sync_sinks()

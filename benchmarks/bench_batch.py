@@ -25,20 +25,18 @@ import importlib.util
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from replica_video import (
     ReplicaEngine,
-    build_replicas,
+    common_args,
     engine_alone_fps,
-    make_clip,
+    prepare,
     user_config,
 )
 
 from livefuse.batch.runner import BatchOptions, BatchSummary, run_batch
 from livefuse.bench import git_commit, machine
-from livefuse.io.video import probe
 
 FILL = """
 import sys, time, torch
@@ -113,10 +111,7 @@ def print_row(label: str, summary: BatchSummary, clip: Path, out: Path, alone: f
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--size", default="1920x1080")
-    ap.add_argument("--width", type=int, default=128, help="inswapper replica width")
+    common_args(ap)
     ap.add_argument("--gpus", default="1", help="GPU counts to run on, e.g. 1,2 (0: CPU)")
     ap.add_argument("--workers-per-gpu", type=int, default=4)
     ap.add_argument("--chunk-seconds", type=float, default=None,
@@ -132,11 +127,7 @@ def main() -> None:
         executor = "ray" if importlib.util.find_spec("ray") else "local"
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        t = time.perf_counter()
-        clip = make_clip(d / "clip.mp4", (w, h), args.seconds)
-        print(f"(clip {w}x{h}, {probe(clip).frames} frames, made in "
-              f"{time.perf_counter() - t:.0f} s)", flush=True)
-        paths = build_replicas(d, args.width)
+        clip, paths = prepare(d, (w, h), args.seconds, args.width)
         factory = ReplicaEngine(paths, user_config(args.device), (w, h))
         from bench_video import read_frames_head
 

@@ -21,9 +21,9 @@ import av
 import numpy as np
 from replica_video import (
     ReplicaEngine,
-    build_replicas,
+    common_args,
     engine_alone_fps,
-    make_clip,
+    prepare,
     user_config,
 )
 
@@ -72,21 +72,14 @@ def encode_alone(frames: list[np.ndarray], name: str, frame_threads: bool) -> fl
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--size", default="1920x1080")
-    ap.add_argument("--width", type=int, default=128, help="inswapper replica width")
+    common_args(ap)
     ap.add_argument("--alone-frames", type=int, default=300,
                     help="frames for the decode/encode/engine-alone rows")
     args = ap.parse_args()
     w, h = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        t = time.perf_counter()
-        clip = make_clip(d / "clip.mp4", (w, h), args.seconds)
-        print(f"(clip {w}x{h}, {args.seconds:.0f} s at 30 fps, made in "
-              f"{time.perf_counter() - t:.0f} s)", flush=True)
-        paths = build_replicas(d, args.width)
+        clip, paths = prepare(d, (w, h), args.seconds, args.width)
         frames = read_frames_head(clip, args.alone_frames)
         import torch
 

@@ -4,6 +4,7 @@ the region tracker run in full; their answer is replaced by one face that drifts
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -25,6 +26,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 from bench_frame_path import _indexed, build, frames_for  # noqa: E402
 
 from livefuse.config import CacheConfig, EngineConfig  # noqa: E402
+from livefuse.io.synthetic import write_tone  # noqa: E402
 from livefuse.swap.neural_engine import NeuralPaths  # noqa: E402
 
 
@@ -48,17 +50,26 @@ def make_clip(path: Path, size: tuple[int, int] = (1920, 1080), seconds: float =
                 out.mux(pkt)
         for pkt in vs.encode(None):
             out.mux(pkt)
-        samples = int(48000 * seconds)
-        tone = (0.2 * np.sin(2 * np.pi * 440 * np.arange(samples) / 48000)).astype(np.float32)
-        for start in range(0, samples, 1024):
-            af = av.AudioFrame.from_ndarray(tone[None, start:start + 1024], format="fltp",
-                                            layout="mono")
-            af.sample_rate, af.pts = 48000, start
-            for pkt in astream.encode(af):
-                out.mux(pkt)
-        for pkt in astream.encode(None):
-            out.mux(pkt)
+        write_tone(out, astream, seconds)
     return path
+
+
+def common_args(ap: argparse.ArgumentParser) -> None:
+    """``--device --seconds --size --width``, the same in every video benchmark."""
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--seconds", type=float, default=60.0, help="clip length")
+    ap.add_argument("--size", default="1920x1080")
+    ap.add_argument("--width", type=int, default=128, help="inswapper replica width")
+
+
+def prepare(folder: Path, size: tuple[int, int], seconds: float, width: int
+            ) -> tuple[Path, NeuralPaths]:
+    """The clip and the replicas in ``folder``, each announced with the time it took."""
+    t = time.perf_counter()
+    clip = make_clip(folder / "clip.mp4", size, seconds)
+    print(f"(clip {size[0]}x{size[1]}, {seconds:.0f} s at 30 fps, made in "
+          f"{time.perf_counter() - t:.0f} s)", flush=True)
+    return clip, build_replicas(folder, width)
 
 
 def build_replicas(folder: Path, width: int = 128) -> NeuralPaths:
@@ -115,4 +126,5 @@ def engine_alone_fps(factory: ReplicaEngine, frames: list[np.ndarray], n: int,
     return n / (time.perf_counter() - t0)
 
 
-__all__ = ["ReplicaEngine", "build_replicas", "engine_alone_fps", "make_clip", "user_config"]
+__all__ = ["ReplicaEngine", "build_replicas", "common_args", "engine_alone_fps", "make_clip",
+           "prepare", "user_config"]

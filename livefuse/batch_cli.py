@@ -22,19 +22,6 @@ EXIT_FAILED = 1
 """``livefuse batch``: at least one item failed (each is listed with its message)."""
 
 
-def _chunk_seconds(text: str) -> float | None:
-    if text == "auto":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds or 'auto'") \
-            from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0 (0: never cut)")
-    return value
-
-
 def _share(text: str) -> float:
     try:
         value = float(text)
@@ -43,6 +30,10 @@ def _share(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError("must be >= 0")
     return value
+
+
+def _chunk_seconds(text: str) -> float | None:
+    return None if text == "auto" else _share(text)
 
 
 def add_parser(sub: Any) -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 import av
 import numpy as np
 
+from livefuse.io.synthetic import write_tone
+
 
 def frame_picture(i: int, size: tuple[int, int]) -> np.ndarray:
     """A textured frame whose mean level follows ``i`` (x264 keeps it well within 1 level)."""
@@ -22,13 +24,14 @@ def frame_picture(i: int, size: tuple[int, int]) -> np.ndarray:
 
 def write_clip(path: Path, pts: Sequence[int], time_base: Fraction, rate: Fraction,
                size: tuple[int, int] = (96, 64), gop: int = 12, audio_tracks: int = 1,
-               open_gop: bool = False, pictures: Sequence[np.ndarray] | None = None) -> Path:
+               open_gop: bool = False, pictures: Sequence[np.ndarray] | None = None,
+               options: dict[str, str] | None = None) -> Path:
     """H.264 with B-frames at the given ``pts`` (in ``time_base``), a keyframe at least every
     ``gop`` frames, and ``audio_tracks`` AAC tones covering the video; the frames are
-    ``pictures`` (``size`` px) or :func:`frame_picture`'s."""
+    ``pictures`` (``size`` px) or :func:`frame_picture`'s; ``options`` go to the muxer."""
     if pictures is not None:
         size = (pictures[0].shape[1], pictures[0].shape[0])
-    with av.open(str(path), "w") as out:
+    with av.open(str(path), "w", options=options or {}) as out:
         vs = out.add_stream("libx264", rate=rate, time_base=time_base)
         vs.width, vs.height, vs.pix_fmt = size[0], size[1], "yuv420p"
         params = f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes=2"
@@ -45,18 +48,8 @@ def write_clip(path: Path, pts: Sequence[int], time_base: Fraction, rate: Fracti
         for pkt in vs.encode(None):
             out.mux(pkt)
         seconds = float((pts[-1] - pts[0]) * time_base) + 0.2
-        n = int(48000 * seconds)
         for k, astream in enumerate(tracks):
-            tone = (0.2 * np.sin(2 * np.pi * (440 + 110 * k) * np.arange(n) / 48000))
-            tone = tone.astype(np.float32)
-            for start in range(0, n, 1024):
-                af = av.AudioFrame.from_ndarray(tone[None, start:start + 1024], format="fltp",
-                                                layout="mono")
-                af.sample_rate, af.pts = 48000, start
-                for pkt in astream.encode(af):
-                    out.mux(pkt)
-            for pkt in astream.encode(None):
-                out.mux(pkt)
+            write_tone(out, astream, seconds, 440 + 110 * k)
     return path
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from clips import frame_times, ntsc_clip, vfr_clip
+from clips import frame_times, ntsc_clip, vfr_clip, write_clip
 
 from livefuse.cli import main
 from livefuse.io.codecs import choose_encoder, encoder_lines, nvdec_line, open_video
@@ -167,20 +167,11 @@ def test_sigterm_during_run_removes_the_part_and_exits_143(
 
 
 def _faststart_clip(path: Path, frames: int) -> Path:
-    with av.open(str(path), "w", options={"movflags": "faststart"}) as out:
-        vs = out.add_stream("libx264", rate=30)
-        vs.width, vs.height, vs.pix_fmt = 96, 64, "yuv420p"
-        vs.options = {"crf": "20", "preset": "veryfast"}
-        rng = np.random.default_rng(0)
-        for i in range(frames):
-            img = rng.integers(0, 255, (64, 96, 3), dtype=np.uint8)  # incompressible: even size
-            vf = av.VideoFrame.from_ndarray(img, format="bgr24")
-            vf.pts, vf.time_base = i, Fraction(1, 30)
-            for pkt in vs.encode(vf):
-                out.mux(pkt)
-        for pkt in vs.encode(None):
-            out.mux(pkt)
-    return path
+    """Incompressible frames (so a cut loses frames, not padding), the index at the front."""
+    rng = np.random.default_rng(0)
+    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(frames)]
+    return write_clip(path, list(range(frames)), Fraction(1, 30), Fraction(30), audio_tracks=0,
+                      pictures=noise, options={"movflags": "faststart"})
 
 
 def test_a_truncated_video_keeps_its_frames_says_so_and_exits_3(

@@ -64,6 +64,14 @@ def test_outputs_mirror_names_and_resume_skips_existing(tmp_path: Path) -> None:
     assert len(again.items) == 3 and not again.skipped
 
 
+def test_an_output_folder_inside_an_input_folder_is_not_read_as_input(tmp_path: Path) -> None:
+    _touch(tmp_path / "in" / "x.jpg")
+    _touch(tmp_path / "in" / "out" / "x.jpg")  # an earlier run's output
+    plan = plan_items([str(tmp_path / "in")], tmp_path / "in" / "out", recursive=True)
+    assert [i.input.name for i in plan.skipped] == ["x.jpg"] and plan.items == []
+    assert plan.skipped[0].input == tmp_path / "in" / "x.jpg"
+
+
 def test_an_output_that_is_an_input_or_a_clash_is_refused(tmp_path: Path) -> None:
     _touch(tmp_path / "a" / "x.jpg")
     _touch(tmp_path / "b" / "x.jpg")

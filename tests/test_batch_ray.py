@@ -91,7 +91,7 @@ def test_classic_workers_on_ray_cut_join_fail_alone_and_resume(
     summary = run_batch(opts, spec, quiet=True, detect_every=3)
     status = {r.item.input.name: r.status for r in summary.results}
     assert status == {"broken.mp4": "failed", "group.jpg": "done", "talk.mp4": "done"}
-    assert summary.executor.startswith("Ray (cluster joined): 2 workers")
+    assert summary.executor.startswith("Ray (the cluster this process had joined): 2 workers")
     # the video was cut into chunks, spread over both actors, and joined exactly
     assert all(w.units >= 1 for w in summary.workers) and len(summary.workers) == 2
     assert len({w.info.pid for w in summary.workers}) == 2

@@ -244,7 +244,8 @@ class RayPool:
                 stop_ray()
             raise
         self._units: dict[Hashable, tuple[str, Unit]] = {}
-        where = "embedded local cluster" if self.owned else f"cluster {address or 'joined'}"
+        where = "embedded local cluster" if self.owned else \
+            f"cluster at {address}" if address else "the cluster this process had joined"
         gpu = f", {gpus_per_worker:g} GPU each" if gpus_per_worker else ""
         self.description = (f"Ray ({where}): {len(self.actors)} worker"
                             f"{'s' if len(self.actors) > 1 else ''}, {cpus_per_worker:g} CPU"

@@ -179,6 +179,9 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
     if output_dir.exists() and not output_dir.is_dir():
         raise LivefuseError(f"--output-dir '{output_dir}' is a file; give a folder")
     found, problems = expand(inputs, recursive)
+    # an output folder inside an input folder: its files are this batch's outputs, not inputs
+    out_root = output_dir.resolve()
+    found = [(f, rel) for f, rel in found if out_root not in f.resolve().parents]
     plan = Plan(problems=problems)
     seen: dict[Path, Path] = {}
     inputs_resolved = {f.resolve() for f, _ in found}

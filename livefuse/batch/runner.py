@@ -153,6 +153,12 @@ class Progress:
             self.bar.update(n - self.frames)
             self.frames = n
 
+    def unit_failed(self, expected: int, written: int) -> None:
+        """A unit wrote fewer frames than planned (it failed): the total shrinks to match."""
+        if self.bar.total is not None and expected > written:
+            self.bar.total -= expected - written
+            self.bar.refresh()
+
     def item(self, ok: bool) -> None:
         self.done += 1
         self.failed += not ok
@@ -219,6 +225,8 @@ class _Collector:
 
     def __call__(self, res: UnitResult) -> None:
         item = res.unit.item
+        if not res.ok:
+            self.progress.unit_failed(res.unit.frames, res.frames)
         if res.unit.chunks == 1:
             self._finish(item, res.ok, res.message, res.frames, res.incomplete, res.worker)
             return

@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 from replica_video import (
+    ClassicEngine,
     ReplicaEngine,
     common_args,
     engine_alone_fps,
@@ -37,6 +38,7 @@ from replica_video import (
 
 from livefuse.batch.runner import BatchOptions, BatchSummary, run_batch
 from livefuse.bench import git_commit, machine
+from livefuse.config import EngineConfig
 
 FILL = """
 import sys, time, torch
@@ -69,7 +71,8 @@ def exact(src: Path, out: Path) -> str:
     return "exact" if va == oa else "NOT exact: audio differs"
 
 
-def run_row(clip: Path, out: Path, factory: ReplicaEngine, gpus: int, per_gpu: int,
+def run_row(clip: Path, out: Path, factory: ReplicaEngine | ClassicEngine, gpus: int,
+            per_gpu: int,
             executor: str, chunk_s: float) -> BatchSummary:
     workers = max(1, gpus) * per_gpu
     own_ray = executor == "ray"
@@ -81,7 +84,8 @@ def run_row(clip: Path, out: Path, factory: ReplicaEngine, gpus: int, per_gpu: i
         opts = BatchOptions((str(clip),), out, overwrite=True, workers=workers,
                             gpus_per_worker=(1 / per_gpu) if gpus else 0.0,
                             cpus_per_worker=1.0, chunk_seconds=chunk_s, executor=executor)
-        return run_batch(opts, factory, neural=True, detect_every=factory.config.detect_every,
+        return run_batch(opts, factory, neural=factory.config.engine == "neural",
+                         detect_every=factory.config.detect_every,
                          quiet=True, on_line=lambda s: print(f"  [batch] {s}", flush=True))
     finally:
         if own_ray:
@@ -127,8 +131,10 @@ def main() -> None:
         executor = "ray" if importlib.util.find_spec("ray") else "local"
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        clip, paths = prepare(d, (w, h), args.seconds, args.width)
-        factory = ReplicaEngine(paths, user_config(args.device), (w, h))
+        clip, paths = prepare(d, (w, h), args.seconds, args.width, args.engine == "neural")
+        factory: ReplicaEngine | ClassicEngine = ClassicEngine(
+            EngineConfig(engine="classic")) if paths is None else \
+            ReplicaEngine(paths, user_config(args.device), (w, h))
         from bench_video import read_frames_head
 
         frames = read_frames_head(clip, args.alone_frames)

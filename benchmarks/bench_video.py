@@ -7,6 +7,8 @@ Models: the full-size replicas and scripted faces of ``bench_frame_path.py``. Th
 
     python benchmarks/bench_video.py --device cuda --seconds 60        # the H200 table
     python benchmarks/bench_video.py --device cpu --seconds 2 --width 8 --size 640x360  # smoke
+    python benchmarks/bench_video.py --engine classic --device cpu --seconds 6 --size 640x360
+        # the CPU table: the classic engine, no replicas
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 import av
 import numpy as np
 from replica_video import (
+    ClassicEngine,
     ReplicaEngine,
     common_args,
     engine_alone_fps,
@@ -28,7 +31,7 @@ from replica_video import (
 )
 
 from livefuse.bench import git_commit, machine
-from livefuse.config import CacheConfig
+from livefuse.config import CacheConfig, EngineConfig
 from livefuse.io.codecs import encoder_options, open_video, probe_encoder
 from livefuse.io.video import VideoOptions
 from livefuse.run import run_video
@@ -79,7 +82,7 @@ def main() -> None:
     w, h = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        clip, paths = prepare(d, (w, h), args.seconds, args.width)
+        clip, paths = prepare(d, (w, h), args.seconds, args.width, args.engine == "neural")
         frames = read_frames_head(clip, args.alone_frames)
         import torch
 
@@ -106,8 +109,11 @@ def main() -> None:
               "serial | Engine.process alone fps | pipelined / alone | busiest stage (s) |")
         print("|---|---:|---|---:|---:|---:|---:|---:|---|")
         for every, cache_on in ((1, False), (3, True)):
-            cfg = user_config(args.device, detect_every=every)
-            factory = ReplicaEngine(paths, cfg, (w, h), CacheConfig(enabled=cache_on))
+            cache = CacheConfig(enabled=cache_on)
+            factory: ReplicaEngine | ClassicEngine = ClassicEngine(
+                EngineConfig(engine="classic", detect_every=every), cache) if paths is None \
+                else ReplicaEngine(paths, user_config(args.device, detect_every=every), (w, h),
+                                   cache)
             alone = engine_alone_fps(factory, frames, min(len(frames), 200))
             fps = {}
             busiest = ""

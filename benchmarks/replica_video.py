@@ -60,16 +60,19 @@ def common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seconds", type=float, default=60.0, help="clip length")
     ap.add_argument("--size", default="1920x1080")
     ap.add_argument("--width", type=int, default=128, help="inswapper replica width")
+    ap.add_argument("--engine", choices=("neural", "classic"), default="neural",
+                    help="classic: the offline engine on the CPU (no replicas)")
 
 
-def prepare(folder: Path, size: tuple[int, int], seconds: float, width: int
-            ) -> tuple[Path, NeuralPaths]:
-    """The clip and the replicas in ``folder``, each announced with the time it took."""
+def prepare(folder: Path, size: tuple[int, int], seconds: float, width: int,
+            replicas: bool = True) -> tuple[Path, NeuralPaths | None]:
+    """The clip and (unless not ``replicas``) the replicas in ``folder``, each announced with
+    the time it took."""
     t = time.perf_counter()
     clip = make_clip(folder / "clip.mp4", size, seconds)
     print(f"(clip {size[0]}x{size[1]}, {seconds:.0f} s at 30 fps, made in "
           f"{time.perf_counter() - t:.0f} s)", flush=True)
-    return clip, build_replicas(folder, width)
+    return clip, build_replicas(folder, width) if replicas else None
 
 
 def build_replicas(folder: Path, width: int = 128) -> NeuralPaths:
@@ -110,7 +113,24 @@ class ReplicaEngine:
         return engine
 
 
-def engine_alone_fps(factory: ReplicaEngine, frames: list[np.ndarray], n: int,
+@dataclass(frozen=True)
+class ClassicEngine:
+    """A picklable factory for the offline classic engine with the astronaut as the source."""
+
+    config: EngineConfig
+    cache: CacheConfig | None = None
+
+    def __call__(self) -> Any:
+        from livefuse.engine import Engine
+        from livefuse.imaging import LoadedImage
+        from livefuse.samples import astronaut
+
+        engine = Engine(self.config, cache=self.cache)
+        engine.set_source(LoadedImage(bgr=astronaut(), alpha=None, path=Path("astronaut.png")))
+        return engine
+
+
+def engine_alone_fps(factory: ReplicaEngine | ClassicEngine, frames: list[np.ndarray], n: int,
                      warmup: int = 20) -> float:
     """``Engine.process`` alone on frames in memory, the next frame staged while one is
     processed (as the live loop and the pipelined run do): frames per second."""
@@ -126,5 +146,5 @@ def engine_alone_fps(factory: ReplicaEngine, frames: list[np.ndarray], n: int,
     return n / (time.perf_counter() - t0)
 
 
-__all__ = ["ReplicaEngine", "build_replicas", "common_args", "engine_alone_fps", "make_clip",
-           "prepare", "user_config"]
+__all__ = ["ClassicEngine", "ReplicaEngine", "build_replicas", "common_args", "engine_alone_fps",
+           "make_clip", "prepare", "user_config"]

@@ -93,7 +93,11 @@ def main() -> None:
         print("\n| decode alone | fps | CPU ms/frame | decoder |\n|---|---:|---:|---|")
         decode_alone(clip, "cpu")  # the file into the page cache, the decoders loaded
         for dec in ("cpu", "nvdec"):
-            fps, cpu_ms, note = decode_alone(clip, dec)
+            try:
+                fps, cpu_ms, note = decode_alone(clip, dec)
+            except Exception as exc:  # report it and carry on with the other tables
+                print(f"| {dec} | failed: {type(exc).__name__}: {exc} | | |", flush=True)
+                continue
             print(f"| {dec} | {fps:.0f} | {cpu_ms:.2f} | {note} |", flush=True)
 
         print("\n| encode alone | fps |\n|---|---:|")

@@ -70,13 +70,14 @@ class LocalPool:
         return list(self.workers)
 
     def prepare(self) -> None:
-        """Build every worker's engine now, side by side.
+        """Build every worker's engine now, one after another (model loading in several
+        threads at once gains little and shares one device).
 
         Raises:
             LivefuseError: the engine cannot be built (a missing model, no face in the source).
         """
-        for f in [self._threads.submit(_build, w) for w in self.workers.values()]:
-            f.result()
+        for w in self.workers.values():
+            self._threads.submit(_build, w).result()
 
     def submit(self, worker: str, unit: Unit) -> Hashable:
         fut = self._threads.submit(self.workers[worker].run, unit)

@@ -225,7 +225,7 @@ class _Item:
 class _Decoder:
     """The chain's source: demuxes video (and, for a whole file, audio) packets and decodes the
     video, giving each frame its output timestamp. Input errors end the stream (the frames before
-    them are kept); :meth:`finish` says whether the input ended early."""
+    them are kept); :meth:`incomplete` says whether the input ended early."""
 
     def __init__(self, opened: OpenedVideo, src: Path, span: Span | None, decoder: str) -> None:
         self.opened, self.src, self.span, self.decoder = opened, src, span, decoder
@@ -288,14 +288,24 @@ class _Decoder:
                         continue
                     if span.end is not None and pts >= span.end:
                         return
+                img = self._bgr(frame)
                 self.decoded += 1
                 write = span is None or pts is None or pts >= span.start
                 pts = self._output_pts(pts) if write else pts
                 if origin is None:
                     origin = pts
                 t_s = float((pts - origin) * self.tb)
-                yield _Item(index, pts, t_s, frame.to_ndarray(format="bgr24"), write)
+                yield _Item(index, pts, t_s, img, write)
                 index += 1
+
+    def _bgr(self, frame: Any) -> Any:
+        try:
+            return frame.to_ndarray(format="bgr24")
+        except (av.error.FFmpegError, ValueError, TypeError) as exc:
+            if self.decoded == 0 and self.opened.decoder == "NVDEC":
+                # a hardware frame PyAV cannot bring back: decode this input on the CPU
+                raise _NvdecRefused(str(exc)) from exc
+            raise
 
     def _output_pts(self, pts: int | None) -> int:
         """The timestamp a written frame gets: its own; a missing one continues the cadence, a

@@ -36,6 +36,23 @@ def _chunk_seconds(text: str) -> float | None:
     return None if text == "auto" else _share(text)
 
 
+def _workers_without_gpu(args: argparse.Namespace) -> bool:
+    """Whether the workers will certainly have no GPU: ``--gpus-per-worker 0``, or no CUDA
+    device here for an embedded cluster or the in-process pool (a joined cluster may have
+    GPUs this machine lacks)."""
+    if args.gpus_per_worker == 0:
+        return True
+    if args.address is not None:
+        return False
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return True
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 def add_parser(sub: Any) -> None:
     """Register the ``batch`` subcommand on an ``argparse`` subparsers object."""
     p = sub.add_parser(
@@ -98,6 +115,13 @@ def run_batch_cli(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise LivefuseError(f"--workers {args.workers}: must be >= 1")
     video = video_options(args)
+    if args.engine == "auto" and _workers_without_gpu(args):
+        from livefuse.swap.neural_engine import neural_models_present
+
+        if neural_models_present(args.models_dir):
+            print("engine: classic (the batch workers have no GPU; --engine neural runs the "
+                  "neural models on the CPU)", file=sys.stderr)
+            args.engine = "classic"
     config = source_config(args)
     load_image(args.source)  # an unreadable photo is one error now, not one per item
     if args.reference is not None:

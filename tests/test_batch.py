@@ -308,3 +308,19 @@ def test_ctrl_c_stops_the_workers_and_removes_partial_outputs(tmp_path: Path) ->
         run_batch(opts, slow_marking_engine, quiet=True)
     assert not out.exists() or list(out.rglob("*")) == []
     assert [t.name for t in threading.enumerate() if t.name.startswith("livefuse-")] == []
+
+
+def test_workers_without_a_gpu_run_the_classic_engine(
+        tmp_path: Path, t1_path: Path, astronaut_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--engine auto`` with the neural models installed but no GPU for the workers: the
+    classic engine, said once (the neural models would run on the CPU at ~1 fps)."""
+    from livefuse.cli import main
+
+    monkeypatch.setattr("livefuse.swap.neural_engine.neural_models_present", lambda d: True)
+    out = tmp_path / "out"
+    assert main(["batch", str(t1_path), "-o", str(out), "-s", str(astronaut_path), "-q",
+                 "--executor", "local"]) == 0
+    err = capsys.readouterr().err
+    assert "engine: classic (the batch workers have no GPU" in err
+    assert (out / "t1.jpg").exists()

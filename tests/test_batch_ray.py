@@ -133,6 +133,22 @@ def test_fractional_gpus_place_two_workers_per_gpu_and_admission_holds_back_a_fu
         pool.close()
 
 
+def test_address_joins_a_running_cluster_and_leaves_it_running(
+        ray_cluster: str, tmp_path: Path, t1_path: Path, astronaut_path: Path) -> None:
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    proc = subprocess.run(
+        [sys.executable, "-m", "livefuse", "batch", str(t1_path), "-o", str(tmp_path / "out"),
+         "-s", str(astronaut_path), "-q", "--address", address, "--workers", "1",
+         "--engine", "classic"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"Ray (cluster at {address}): 1 worker" in proc.stdout
+    assert (tmp_path / "out" / "t1.jpg").exists()
+    assert ray.cluster_resources().get("CPU") == 2  # the shared cluster is still up
+    assert _session_processes(ray_cluster)
+
+
 def _ray_sessions() -> set[str]:
     root = Path("/tmp/ray")
     return {p.name for p in root.glob("session_2*")} if root.is_dir() else set()

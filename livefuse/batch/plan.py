@@ -180,8 +180,10 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
         raise LivefuseError(f"--output-dir '{output_dir}' is a file; give a folder")
     found, problems = expand(inputs, recursive)
     # an output folder inside an input folder: its files are this batch's outputs, not inputs
+    # (an output folder that IS an input folder is refused below, output by output)
     out_root = output_dir.resolve()
-    found = [(f, rel) for f, rel in found if out_root not in f.resolve().parents]
+    if out_root not in {Path(raw).resolve() for raw in inputs if Path(raw).is_dir()}:
+        found = [(f, rel) for f, rel in found if out_root not in f.resolve().parents]
     plan = Plan(problems=problems)
     seen: dict[Path, Path] = {}
     inputs_resolved = {f.resolve() for f, _ in found}

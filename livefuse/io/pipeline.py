@@ -231,9 +231,9 @@ def _threaded(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[An
     threads += [threading.Thread(target=run_stage, args=(k,), name=f"{name}-{s.name}",
                                  daemon=True) for k, s in enumerate(stages)]
     threads.append(threading.Thread(target=run_sink, name=f"{name}-sink", daemon=True))
-    for t in threads:
-        t.start()
     try:
+        for t in threads:  # inside the try: Ctrl-C while starting stops those already started
+            t.start()
         for t in threads:
             # a join with a timeout in a loop: the calling thread stays responsive to signals
             while t.is_alive():
@@ -247,7 +247,8 @@ def _threaded(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[An
         raise
     finally:
         for t in threads:
-            t.join()
+            if t.ident is not None:  # started
+                t.join()
     if chain.error is not None:
         raise chain.error
 

@@ -5,30 +5,34 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 from livefuse import __version__
-from livefuse.cli_args import HelpFormatter, add_engine_args, add_models_dir_arg, choose_engine
+from livefuse.cli_args import (
+    HelpFormatter,
+    add_engine_args,
+    add_models_dir_arg,
+    add_source_args,
+    add_video_args,
+    choose_engine,
+    video_options,
+)
 from livefuse.errors import LivefuseError
-
-
-def _engine_args(p: argparse.ArgumentParser) -> None:
-    add_engine_args(p)
-    p.add_argument("--source-face-index", type=int, default=None,
-                   help="face of the source photo to use, left to right from 0 among the "
-                        "plausible faces (default: the most confident one)")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from livefuse.engine import Engine
     from livefuse.imaging import load_image
-    from livefuse.run import check_run_paths, run
+    from livefuse.run import EXIT_INCOMPLETE, check_run_paths, run
 
     # before the engine and the source: a wrong output path costs no model load or detection
     check_run_paths(args.target, args.output, {"source": args.source,
                                                "reference": args.reference})
+    video = video_options(args)
     config = choose_engine(args)
     engine = Engine(config)
     engine.set_source(load_image(args.source), face_index=args.source_face_index)
@@ -37,8 +41,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.reference is not None:
         engine.set_reference(load_image(args.reference))
     summary = run(engine, args.target, args.output, progress=not args.quiet,
-                  other_inputs={"source": args.source, "reference": args.reference})
+                  other_inputs={"source": args.source, "reference": args.reference},
+                  video=video)
     print("\n".join(summary.lines()))
+    if summary.incomplete:
+        print(f"livefuse: warning: {summary.incomplete}; '{args.output}' holds the "
+              f"{summary.frames} frames decoded (exit status {EXIT_INCOMPLETE})",
+              file=sys.stderr)
+        return EXIT_INCOMPLETE
     return 0
 
 
@@ -105,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", "-t", type=Path, required=True, help="image or video to change")
     p.add_argument("--output", "-o", type=Path, required=True, help="output image or video")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    _engine_args(p)
+    add_engine_args(p)
+    add_source_args(p)
+    add_video_args(p)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser(
@@ -117,12 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
 
-    from livefuse import doctor, live_cli, models_cli, stream_cli
+    from livefuse import batch_cli, doctor, live_cli, models_cli, stream_cli
 
     models_cli.add_parser(sub)
     doctor.add_parser(sub)
     live_cli.add_parser(sub)
     stream_cli.add_parsers(sub)
+    batch_cli.add_parser(sub)
     _gui_parser(sub)
 
     p = sub.add_parser(
@@ -141,7 +154,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C so the same clean-up runs (every thread
+    stopped, no part file left); the CLI then exits 143 (128 + SIGTERM)."""
+
+
+_TERMINATED = threading.Event()
+"""Set by the SIGTERM handler: a library that turns the exception into a plain
+KeyboardInterrupt on its way up (Ray's ``ray.wait``) must not change the exit status."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    _TERMINATED.set()
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    # `live` and the desktop app install their own handlers over this one while they run
+    old = signal.signal(signal.SIGTERM, _on_sigterm)
+    _TERMINATED.clear()
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -164,6 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"livefuse: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if _TERMINATED.is_set():
+            print("livefuse: terminated (SIGTERM); no partial output was kept", file=sys.stderr)
+            return 143
         print("livefuse: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:

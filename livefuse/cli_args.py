@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from livefuse.config import (
     BACKEND_CHOICES,
@@ -33,6 +34,9 @@ from livefuse.models.engine_choice import EngineChoice, resolve_engine
 RUN_DEFAULTS = EngineConfig(engine="auto")
 """``livefuse run``'s engine defaults: every face, detection on every frame, rotated faces tried
 (a live session's are :data:`livefuse.config.LIVE_DEFAULTS`)."""
+
+if TYPE_CHECKING:
+    from livefuse.io.video import VideoOptions
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -241,3 +245,38 @@ def choose_engine(args: argparse.Namespace) -> EngineConfig:
         print(f"engine: {choice.engine} ({choice.reason})", file=sys.stderr)
     check_engine_options(args, choice)
     return choice.applied(config)
+
+
+def add_video_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--video-encoder`` and ``--video-decoder`` (`run` and `batch`)."""
+    from livefuse.config import VIDEO_DECODER_CHOICES, VIDEO_ENCODER_CHOICES
+
+    p.add_argument("--video-encoder", choices=VIDEO_ENCODER_CHOICES, default="auto",
+                   help="video output encoder: auto = NVENC H.264 when it really opens on this "
+                        "GPU, else libx264 (`livefuse doctor` lists what opens) "
+                        "(default: %(default)s)")
+    p.add_argument("--video-decoder", choices=VIDEO_DECODER_CHOICES, default="auto",
+                   help="video input decoding: auto = NVDEC when the codec and a CUDA device "
+                        "allow, else the CPU; the summary says which ran and why "
+                        "(default: %(default)s)")
+
+
+def video_options(args: argparse.Namespace) -> VideoOptions:
+    """The :class:`~livefuse.io.video.VideoOptions` for parsed :func:`add_video_args` options;
+    a named encoder that does not open here is refused now, before any model is loaded.
+
+    Raises:
+        LivefuseError: the encoder does not open on this machine.
+    """
+    from livefuse.io.codecs import choose_encoder
+    from livefuse.io.video import VideoOptions
+
+    choose_encoder(args.video_encoder)
+    return VideoOptions(encoder=args.video_encoder, decoder=args.video_decoder)
+
+
+def add_source_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--source-face-index`` (`run` and `batch`)."""
+    p.add_argument("--source-face-index", type=int, default=None,
+                   help="face of the source photo to use, left to right from 0 among the "
+                        "plausible faces (default: the most confident one)")

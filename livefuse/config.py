@@ -56,6 +56,12 @@ PIXEL_BOOST_CHOICES: tuple[int, ...] = (128, 256, 384, 512)
 """Aligned sizes of the neural swap: 128 (inswapper's own), or pixel boost's 2×2, 3×3, 4×4."""
 RESOLUTION_CHOICES: tuple[tuple[int, int], ...] = ((640, 480), (1280, 720), (1920, 1080))
 """Camera sizes offered by the app (any size works from the CLI)."""
+VIDEO_ENCODER_CHOICES: tuple[str, ...] = (
+    "auto", "libx264", "libx265", "h264_nvenc", "hevc_nvenc", "av1_nvenc")
+"""Video file encoders (``run``, ``batch``): ``auto`` = NVENC H.264 when it really opens on this
+GPU, else libx264 (:func:`livefuse.io.codecs.choose_encoder`)."""
+VIDEO_DECODER_CHOICES: tuple[str, ...] = ("auto", "cpu", "nvdec")
+"""Video file decoding: ``auto`` = NVDEC when the codec and a CUDA device allow, else the CPU."""
 
 VRAM_LIMIT = 0.85
 """The VRAM guard: no new neural session when more than this fraction of device memory is in use

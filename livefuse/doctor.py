@@ -281,6 +281,22 @@ def check_extras(installed: Callable[[str], bool] = _importable,
     return checks
 
 
+def check_video() -> list[Check]:
+    """The video encoders and decoders that really open here (``run`` and ``batch``), NVENC and
+    NVDEC each in one line (whether ``batch`` has Ray is the ``batch`` extra's line)."""
+    from livefuse.io.codecs import encoder_lines, nvdec_line
+
+    try:
+        enc = encoder_lines()
+        nvdec = nvdec_line()
+    except Exception as exc:  # a broken PyAV is reported, not raised
+        return [Check("video", "fail", f"PyAV cannot probe codecs: {exc}", ("pip install av",))]
+    checks = [Check("video encoders", "ok", enc[0].split(": ", 1)[1])]
+    checks += [Check(line.split(":")[0], "info", line.split(": ", 1)[1])
+               for line in (*enc[1:], nvdec)]
+    return checks
+
+
 def collect(models_directory: Path | None = None, *,
             version_of: Callable[[str], str | None] = _installed_version,
             platform: str = sys.platform,
@@ -288,7 +304,7 @@ def collect(models_directory: Path | None = None, *,
     """Run every check. Never raises for a missing optional piece."""
     return [check_python(), *check_engine(models_directory, version_of), *check_torch(),
             *check_onnxruntime(version_of), check_opencv(version_of), *check_stages(),
-            *check_models(models_directory), *check_cameras(platform, sysfs),
+            *check_models(models_directory), *check_cameras(platform, sysfs), *check_video(),
             *check_extras(version_of=version_of)]
 
 

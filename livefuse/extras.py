@@ -56,6 +56,9 @@ EXTRAS: tuple[Extra, ...] = (
     Extra("torch", "the PyTorch swapper backend, and on a CUDA GPU the whole frame path on it "
           "(pick the CUDA wheel for your driver from pytorch.org)",
           (Package("torch>=2.2", "torch"),)),
+    Extra("batch", "`livefuse batch` on parallel workers (Ray: an embedded local cluster, or "
+          "--address to join one); without it batch runs its items in this process",
+          (Package("ray>=2.48", "ray"),)),
 )
 """Every optional extra but ``test`` (the developers' tools)."""
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -19,8 +21,20 @@ from livefuse.imaging import (
     save_image,
 )
 from livefuse.io.paths import check_output
-from livefuse.io.video import OUTPUT_VIDEO_SUFFIXES, is_video_path, probe, transcode
-from livefuse.types import Frame
+from livefuse.io.pipeline import ChainStats
+from livefuse.io.video import (
+    OUTPUT_VIDEO_SUFFIXES,
+    Span,
+    VideoOptions,
+    is_video_path,
+    probe,
+    transcode,
+)
+from livefuse.types import Frame, StagedFrame
+
+EXIT_INCOMPLETE = 3
+"""``livefuse run``'s exit status when the input video ended early or was damaged: the output
+was written with every frame that could be decoded (the summary says how many of how many)."""
 
 
 class NothingSwappedError(LivefuseError):
@@ -39,6 +53,11 @@ class RunSummary:
     frames_without_face: int = 0
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
+    incomplete: str | None = None
+    """The input ended early or was damaged (``input ended early: 55 of 150 frames``): the
+    output holds what was decoded, and the CLI exits with :data:`EXIT_INCOMPLETE`."""
+    stats: ChainStats | None = None
+    """Busy seconds per pipeline stage (videos)."""
 
     @property
     def fps(self) -> float:
@@ -84,8 +103,44 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
     return summary
 
 
-def run_video(engine: Engine, target: Path, output: Path, progress: bool = True) -> RunSummary:
+class EngineProcessor:
+    """The Engine as :func:`~livefuse.io.video.transcode` runs it: ``stage`` on the staging
+    thread (the GPU path's upload), ``process`` on the processing thread, counting faces into
+    ``summary``. Each frame is smoothed by its own timestamp (its pts), not a nominal one, so a
+    variable-frame-rate clip's landmarks move in real seconds."""
+
+    def __init__(self, engine: Engine, summary: RunSummary) -> None:
+        self.engine, self.summary = engine, summary
+
+    def stage(self, frame: Frame) -> StagedFrame:
+        return self.engine.stage(frame)
+
+    def process(self, staged: StagedFrame, index: int, t_s: float) -> Frame:
+        packet = self.engine.process(staged, index=index, t_capture_ns=round(t_s * 1e9),
+                                     in_place=True)
+        self.summary.faces_found += packet.found
+        self.summary.faces_swapped += packet.swapped
+        self.summary.frames_without_face += int(packet.found == 0)
+        assert packet.output is not None
+        return packet.output
+
+
+def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
+              video: VideoOptions | None = None, span: Span | None = None,
+              on_frame: Callable[[int], None] | None = None,
+              cancel: threading.Event | None = None) -> RunSummary:
     """Swap onto every frame of a video, keeping its audio streams and frame rate.
+
+    Decode, upload, swap, convert and encode run on their own threads (``video.pipelined``,
+    the default); the output is the one the serial loop writes.
+
+    Args:
+        video: encoder, decoder and threading (:class:`~livefuse.io.video.VideoOptions`).
+        span: only this keyframe-aligned chunk, video only (``livefuse batch``); a chunk without
+            a face is not an error there (the whole video is judged after the join).
+        on_frame: called with the frames written so far (from the encoding thread).
+        cancel: set from another thread to stop (raises
+            :class:`~livefuse.io.pipeline.Cancelled`; no part file is left).
 
     Raises:
         VideoError: unreadable input or unwritable output.
@@ -97,32 +152,34 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True)
     bar = tqdm(total=info.frames or None, unit="frame", disable=not progress,
                desc=target.name, leave=False)
 
-    rate = float(info.rate) if info.rate else 30.0
-
-    def process(frame: Frame, index: int) -> Frame:
-        # the clip's own time, not the wall clock: landmark smoothing is in real seconds
-        packet = engine.process(frame, index=index, t_capture_ns=round(index * 1e9 / rate),
-                                in_place=True)
-        summary.faces_found += packet.found
-        summary.faces_swapped += packet.swapped
-        summary.frames_without_face += int(packet.found == 0)
-        assert packet.output is not None
-        return packet.output
+    def count(n: int) -> None:
+        bar.update(1)
+        if on_frame is not None:
+            on_frame(n)
 
     t0 = time.perf_counter()
     try:
-        result = transcode(target, output, process, on_frame=lambda n: bar.update(1),
-                           keep=lambda: summary.faces_swapped > 0)
+        result = transcode(target, output, on_frame=count, options=video, span=span,
+                           processor=EngineProcessor(engine, summary),
+                           keep=lambda: span is not None or summary.faces_swapped > 0,
+                           cancel=cancel)
     finally:
         bar.close()
+        engine.reset_tracking()
     summary.seconds = time.perf_counter() - t0
     summary.frames = result.frames
+    summary.incomplete = result.incomplete
     notes = list(result.notes)
-    notes.append(f"{result.audio_streams_copied} audio stream(s) copied; "
-                 f"{rate_text(result.rate, result.measured_rate)}; every frame keeps its "
-                 "timestamp")
+    if span is None:
+        notes.append(f"{result.audio_streams_copied} audio stream(s) copied; "
+                     f"{rate_text(result.rate, result.measured_rate)}; every frame keeps its "
+                     "timestamp")
+    notes.append(f"video: encode {result.encoder}; {result.decoder}")
+    if result.incomplete:
+        notes.append(f"{result.incomplete}; the output holds the frames that were decoded")
     summary.notes = tuple(notes)
-    if summary.faces_swapped == 0:
+    summary.stats = result.stats
+    if summary.faces_swapped == 0 and span is None:
         raise NothingSwappedError(
             f"no face was swapped in any of the {result.frames} frames of '{target}'; "
             "no output was kept")
@@ -163,11 +220,13 @@ def check_output_path(output: Path, inputs: dict[str, Path | None]) -> None:
 
 
 def run(engine: Engine, target: Path, output: Path, progress: bool = True,
-        other_inputs: dict[str, Path | None] | None = None) -> RunSummary:
+        other_inputs: dict[str, Path | None] | None = None,
+        video: VideoOptions | None = None) -> RunSummary:
     """Dispatch on the target's suffix. The output is never one of the inputs.
 
     Args:
         other_inputs: further input files (``source``, ``reference``) the output must not be.
+        video: how videos are decoded and encoded.
 
     Raises:
         LivefuseError: unknown suffixes, an output that is an input, or any input problem.
@@ -175,7 +234,7 @@ def run(engine: Engine, target: Path, output: Path, progress: bool = True,
     check_run_paths(target, output, other_inputs)
     if is_image_path(target):
         return run_image(engine, target, output)
-    return run_video(engine, target, output, progress)
+    return run_video(engine, target, output, progress, video)
 
 
 def check_run_paths(target: Path, output: Path,

@@ -145,6 +145,7 @@ class Session:
         self._runner: LiveRunner | None = None
         self._stopping: LiveRunner | None = None  # stopped, its inference thread not yet ended
         self._sinks: dict[_SinkKey, Sink] = {}
+        self._clock: VideoFileSource | None = None
         self._lock = threading.Lock()
         self.presets = presets or PresetStore()
         self._switch_lock = threading.Lock()  # one switch at a time, whoever asks
@@ -307,7 +308,8 @@ class Session:
             return VirtualCameraSink(w, h, fps, device=device, backend=self._vcam_backend,
                                      on_status=self._status)
         path, fps = key.detail
-        return RecorderSink(path, fps=fps, on_status=self._status)
+        # a video file input: the recording keeps the file's timestamps and audio
+        return RecorderSink(path, fps=fps, on_status=self._status, clock=self._clock)
 
     def _sync_sinks(self) -> list[Sink]:
         """Make the sink set match the config; returns the sinks to close once let go of."""
@@ -347,6 +349,7 @@ class Session:
             self.check_outputs()
             self._check_reference(self._config)
             source = self._source_factory(self._config.capture)
+            self._clock = source if isinstance(source, VideoFileSource) else None
             self._sync_sinks()
             engine = self._engine
             # a stop that timed out inside a model load: the new runner waits for that thread
@@ -422,8 +425,9 @@ class Session:
             if runner is None:
                 self._update_prepared(old, config)
             elif config.capture != old.capture:
-                runner.replace_source(self._source_factory(config.capture),
-                                      config.capture.max_open_attempts)
+                source = self._source_factory(config.capture)
+                self._clock = source if isinstance(source, VideoFileSource) else None
+                runner.replace_source(source, config.capture.max_open_attempts)
             if runner is not None:
                 runner.apply(config)
             if runner is not None and (config.output != old.output or

@@ -14,7 +14,7 @@ import av
 import numpy as np
 import pytest
 
-from livefuse.io.synthetic import write_clip
+from livefuse.io.synthetic import write_clip, write_tone
 from livefuse.io.video import probe, transcode
 
 _RNG = np.random.default_rng(3)
@@ -43,16 +43,7 @@ def write_vfr_clip(path: Path, times_ms: list[int], audio: bool = True) -> Path:
         for pkt in vs.encode(None):
             out.mux(pkt)
         if astream is not None:
-            n = int(48000 * (times_ms[-1] / 1000 + 0.1))
-            tone = (0.2 * np.sin(2 * np.pi * 440 * np.arange(n) / 48000)).astype(np.float32)
-            for start in range(0, n, 1024):
-                af = av.AudioFrame.from_ndarray(tone[None, start:start + 1024], format="fltp",
-                                                layout="mono")
-                af.sample_rate, af.pts = 48000, start
-                for pkt in astream.encode(af):
-                    out.mux(pkt)
-            for pkt in astream.encode(None):
-                out.mux(pkt)
+            write_tone(out, astream, times_ms[-1] / 1000 + 0.1)
     return path
 
 

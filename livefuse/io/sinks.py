@@ -12,11 +12,12 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import cv2
 import numpy as np
@@ -285,30 +286,128 @@ class VirtualCameraSink(Sink):
         self._thread.join(timeout)
 
 
+class MediaClock(Protocol):
+    """A file source's own timeline, for the recorder (:class:`livefuse.io.sources.
+    VideoFileSource` has it): which media time a captured frame shows, and the file's timing."""
+
+    path: Path
+
+    def media_time(self, t_capture_ns: int) -> Fraction | None:
+        """Seconds from the file's first frame to the frame captured at ``t_capture_ns``
+        (continuing across loops), or ``None`` for a frame the source did not deliver."""
+        ...
+
+    def timing(self) -> tuple[Fraction, Fraction]:
+        """``(time base, frame rate)`` of the file's video stream."""
+        ...
+
+    def pass_starts(self) -> list[Fraction]:
+        """Media time at which each pass over the file began (``[0]``, more when looping)."""
+        ...
+
+
+RECORDER_BUFFER_BYTES = 192 * 2**20
+"""Frames waiting for the recorder's encoder, in bytes (about one second of 1080p at 30 fps):
+a frame beyond it replaces the oldest waiting one (counted in ``dropped``), so a slow encoder
+never holds up the inference thread and never grows memory without bound."""
+_AUDIO_IN_MP4 = frozenset({"aac", "mp3", "ac3", "eac3", "alac", "opus", "flac"})
+
+
+class _AudioCopier:
+    """Copies a file's audio packets into a recording, rebased so the recording starts at the
+    media time ``t0``: each packet keeps its bytes and its place relative to the video."""
+
+    def __init__(self, clock: MediaClock, out: Any, t0: Fraction) -> None:
+        import av
+
+        self.clock, self.t0 = clock, t0
+        self.pass_index = 0
+        self._inp = av.open(str(clock.path))
+        self.streams = {a.index: out.add_stream_from_template(a)
+                        for a in self._inp.streams.audio}
+        self._packets = self._demux()
+        self._next: Any = None
+        self._last_pts: dict[int, int] = {}
+
+    def _demux(self) -> Iterator[Any]:
+        return (p for p in self._inp.demux(*self._inp.streams.audio) if p.dts is not None)
+
+    def _peek(self) -> tuple[Fraction, Any] | None:
+        """The next packet and its media time (across loops), or ``None`` for now."""
+        import av
+
+        while self._next is None:
+            pkt = next(self._packets, None)
+            if pkt is not None:
+                self._next = pkt
+                break
+            starts = self.clock.pass_starts()
+            if self.pass_index + 1 >= len(starts):
+                return None  # the next pass has not begun (or never will)
+            self.pass_index += 1
+            self._inp.close()
+            self._inp = av.open(str(self.clock.path))
+            self._packets = self._demux()
+        offset = self.clock.pass_starts()[self.pass_index]
+        return offset + Fraction(self._next.pts) * Fraction(self._next.time_base), self._next
+
+    def mux_until(self, out: Any, t: Fraction) -> None:
+        """Mux every packet that starts before media time ``t``. A pass's sound that runs past
+        the moment the video looped is cut there, and the next pass's starts after it."""
+        while (nxt := self._peek()) is not None and nxt[0] < t:
+            start, pkt = nxt
+            self._next = None
+            starts = self.clock.pass_starts()
+            if start < self.t0 or (self.pass_index + 1 < len(starts)
+                                   and start >= starts[self.pass_index + 1]):
+                continue  # before the recording began, or after this pass's video ended
+            pts = round((start - self.t0) / Fraction(pkt.time_base))
+            if pts <= self._last_pts.get(pkt.stream.index, -1):
+                continue  # the next pass's priming packet overlaps this one's tail
+            self._last_pts[pkt.stream.index] = pts
+            pkt.pts = pkt.dts = pts
+            pkt.stream = self.streams[pkt.stream.index]
+            out.mux(pkt)
+
+    def close(self) -> None:
+        self._inp.close()
+
+
 class RecorderSink(Sink):
-    """Frames to a video file (H.264, PyAV), written to a temp name and renamed on close.
+    """Frames to a video file (H.264, PyAV), encoded on the sink's own thread, written to a temp
+    name and renamed on close.
+
+    ``send`` hands the frame to the recorder's thread through a buffer bounded by
+    :data:`RECORDER_BUFFER_BYTES` and returns at once: x264 never runs on the inference thread.
+    The frame must not be written to afterwards (the live runner never reuses one).
 
     The frame size is taken from the first frame (an odd width or height is padded by one
     replicated row/column, as 4:2:0 needs). A frame of another size later on is letterboxed into
     the first size, its aspect kept (black bars), and reported once through ``on_status`` and
     :attr:`notes`.
 
-    Timestamps are the capture times (ms since the first frame, time base 1/1000), so a run with
-    dropped frames plays at real speed. The engine rarely delivers the requested ``fps``, so the
-    file must not claim it: .mp4/.mov readers compute the average rate from the sample table
-    (frames over duration; ``fps`` only sets the last frame's duration, without which the
-    mov muxer's edit list cuts that frame), but Matroska writes a declared rate as the track's
-    DefaultDuration, which readers report as the rate (a .mkv declared 30 fps but holding 24
-    said 30). A .mkv therefore declares none; its readers estimate the rate from the opening
-    frames' timestamps.
+    Timing, two cases:
 
-    ``send`` encodes on the caller's thread.
+    * A video file input (``clock``): every frame keeps the timestamp it has in the file (the
+      file's own time base, counted from the first recorded frame), the file's frame rate is
+      declared, and the file's audio streams are copied alongside, packet for packet, in sync. A
+      frame the live loop dropped leaves the previous one on screen a frame longer; it never
+      shifts what follows, so picture and sound stay together.
+    * A camera: timestamps are the capture times (ms since the first frame, time base 1/1000),
+      so a run with dropped frames plays at real speed. The engine rarely delivers the requested
+      ``fps``, so the file must not claim it: .mp4/.mov readers compute the average rate from the
+      sample table (frames over duration; ``fps`` only sets the last frame's duration, without
+      which the mov muxer's edit list cuts that frame), but Matroska writes a declared rate as the
+      track's DefaultDuration, which readers report as the rate (a .mkv declared 30 fps but
+      holding 24 said 30). A .mkv therefore declares none; its readers estimate the rate from the
+      opening frames' timestamps.
 
     Args:
         path: output ``.mp4``, ``.mkv`` or ``.mov``.
         fps: the nominal rate (never declared as the file's rate, see above).
         crf: x264 constant rate factor.
-        on_status: receives status lines (the first size change).
+        on_status: receives status lines (the first size change, an encoder failure).
+        clock: the input file's timeline (a video file input), or ``None`` (a camera).
 
     Raises:
         VideoError: unsupported suffix (use .mp4, .mkv or .mov).
@@ -317,33 +416,87 @@ class RecorderSink(Sink):
     name = "recorder"
 
     def __init__(self, path: str | os.PathLike[str], fps: float = 30.0, crf: int = 20,
-                 on_status: Callable[[str], None] = lambda s: None) -> None:
+                 on_status: Callable[[str], None] = lambda s: None,
+                 clock: MediaClock | None = None) -> None:
         self.path = Path(path)
         if self.path.suffix.lower() not in {".mp4", ".mkv", ".mov"}:
             raise VideoError(self.path, f"unsupported recording suffix '{self.path.suffix}': "
                                         "use .mp4, .mkv or .mov")
-        self.fps, self.crf, self.on_status = fps, crf, on_status
+        self.fps, self.crf, self.on_status, self.clock = fps, crf, on_status, clock
         self._tmp = self.path.with_name(f".{self.path.stem}.livefuse-part{self.path.suffix}")
         self._out: Any = None
         self._stream: Any = None
+        self._audio: _AudioCopier | None = None
+        self._tb = Fraction(1, 1000)
         self._t0: int | None = None
-        self._last_pts = -1
+        self._m0: Fraction | None = None  # media time of the first frame (file input)
+        self._last: tuple[int, int] | None = None  # (pts, t_capture_ns) of the last frame
         self._first: tuple[int, int] | None = None  # (w, h) of the first frame
         self._size: tuple[int, int] | None = None  # (w, h) encoded: the first, made even
         self.frames = 0
         self.resized = 0
+        self._dropped = 0
         self.notes: list[str] = []
-        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._queue: deque[tuple[Frame, int]] = deque()
+        self._queued_bytes = 0
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="livefuse-recorder", daemon=True)
+        self._thread.start()
+
+    @property
+    def dropped(self) -> int:  # type: ignore[override]
+        return self._dropped
+
+    def send(self, frame: Frame, t_capture_ns: int) -> None:
+        """Queue one ``(H, W, 3) uint8 BGR`` frame captured at ``t_capture_ns``
+        (``time.perf_counter_ns``) for encoding; returns at once (never blocks on the encoder)."""
+        with self._cond:
+            if self._closing or self.error is not None:
+                return
+            self._queue.append((frame, t_capture_ns))
+            self._queued_bytes += frame.nbytes
+            while self._queued_bytes > RECORDER_BUFFER_BYTES and len(self._queue) > 2:
+                old, _ = self._queue.popleft()
+                self._queued_bytes -= old.nbytes
+                self._dropped += 1
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                frame, t_cap = self._queue.popleft()
+                self._queued_bytes -= frame.nbytes
+            try:
+                self._encode(frame, t_cap)
+            except Exception as exc:  # a full disk must not take the live session down
+                with self._cond:
+                    self.error = exc
+                    self._queue.clear()
+                    self._queued_bytes = 0
+                self.on_status(f"recorder failed: {exc}")
+                return
 
     def _start(self, w: int, h: int, t_capture_ns: int) -> None:
         import av
 
+        from livefuse.io.video import muxer_options
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._out = av.open(str(self._tmp), "w")
-        self._stream = self._out.add_stream(
-            "libx264", rate=Fraction(self.fps).limit_denominator(1001),
-            time_base=Fraction(1, 1000))
-        if self.path.suffix.lower() == ".mkv":
+        m0 = self.clock.media_time(t_capture_ns) if self.clock is not None else None
+        if m0 is not None and self.clock is not None:
+            self._tb, rate = self.clock.timing()
+            self._m0 = m0
+        else:
+            rate = Fraction(self.fps).limit_denominator(1001)
+        self._out = av.open(str(self._tmp), "w", options=muxer_options(self.path, self._tb))
+        self._stream = self._out.add_stream("libx264", rate=rate, time_base=self._tb)
+        if self._m0 is None and self.path.suffix.lower() == ".mkv":
             # no DefaultDuration (see the class docstring); x264's CRF output is the same byte
             # for byte, it rate-controls from the timestamps
             self._stream.codec_context.framerate = Fraction(0, 1)
@@ -352,6 +505,28 @@ class RecorderSink(Sink):
         self._stream.pix_fmt = "yuv420p"
         self._stream.options = {"crf": str(self.crf), "preset": "veryfast"}
         self._t0 = t_capture_ns
+        if self._m0 is not None and self.clock is not None:
+            self._start_audio(self.clock, self._m0)
+
+    def _start_audio(self, clock: MediaClock, m0: Fraction) -> None:
+        try:
+            copier = _AudioCopier(clock, self._out, m0)
+        except Exception as exc:  # an unreadable audio track costs the sound, not the video
+            self._note(f"recorder: audio not copied: {exc}")
+            return
+        codecs = {s.codec_context.name for s in copier.streams.values()}
+        if self.path.suffix.lower() != ".mkv" and not codecs <= _AUDIO_IN_MP4:
+            self._note(f"recorder: audio ({', '.join(sorted(codecs))}) not copied: "
+                       f"{self.path.suffix} cannot hold it; record to .mkv to keep it")
+            copier.close()
+            return
+        self._audio = copier if copier.streams else None
+        if self._audio is None:
+            copier.close()
+
+    def _note(self, note: str) -> None:
+        self.notes.append(note)
+        self.on_status(note)
 
     def _fit(self, frame: Frame) -> Frame:
         """``frame`` in the encoded size: padded when only odd, letterboxed when resized."""
@@ -366,46 +541,79 @@ class RecorderSink(Sink):
         self.resized += 1
         if self.resized == 1:
             fw, fh = self._first
-            note = (f"recorder: frames changed size from {fw}x{fh} to {w}x{h}; letterboxed into "
-                    f"{sw}x{sh} (aspect kept)")
-            self.notes.append(note)
-            self.on_status(note)
+            self._note(f"recorder: frames changed size from {fw}x{fh} to {w}x{h}; letterboxed "
+                       f"into {sw}x{sh} (aspect kept)")
         return letterbox(frame, sw, sh)
 
-    def send(self, frame: Frame, t_capture_ns: int) -> None:
-        """Encode one ``(H, W, 3) uint8 BGR`` frame captured at ``t_capture_ns``
-        (``time.perf_counter_ns``)."""
+    def _pts(self, t_capture_ns: int) -> tuple[int, Fraction | None]:
+        """The frame's timestamp in the stream's time base, and its media time (file input)."""
+        assert self._t0 is not None
+        media = None
+        if self._m0 is None or self.clock is None:  # a camera: the capture time
+            pts = int(Fraction(t_capture_ns - self._t0, 10**9) / self._tb)
+        elif (media := self.clock.media_time(t_capture_ns)) is not None:  # the file's own
+            pts = round((media - self._m0) / self._tb)
+        else:  # the file source was replaced meanwhile: carry on in real time
+            assert self._last is not None
+            pts = self._last[0] + round(Fraction(t_capture_ns - self._last[1], 10**9) / self._tb)
+        # strictly increasing: two frames within one tick keep their order
+        if self._last is not None and pts <= self._last[0]:
+            pts = self._last[0] + 1
+        self._last = (pts, t_capture_ns)
+        return pts, media
+
+    def _encode(self, frame: Frame, t_capture_ns: int) -> None:
         import av
 
-        with self._lock:
-            if self._out is None:
-                h, w = frame.shape[:2]
-                self._start(w, h, t_capture_ns)
-            assert self._t0 is not None
-            frame = self._fit(frame)
-            # strictly increasing: two frames captured within 1 ms keep their order
-            pts = max((t_capture_ns - self._t0) // 1_000_000, self._last_pts + 1)
-            self._last_pts = pts
-            vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="bgr24")
-            vf.pts, vf.time_base = pts, Fraction(1, 1000)
-            for pkt in self._stream.encode(vf):
-                self._out.mux(pkt)
-            self.frames += 1
+        if self._out is None:
+            h, w = frame.shape[:2]
+            self._start(w, h, t_capture_ns)
+        frame = self._fit(frame)
+        pts, media = self._pts(t_capture_ns)
+        if self._audio is not None and media is not None:
+            self._audio.mux_until(self._out, media)
+        vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="bgr24")
+        vf.pts, vf.time_base = pts, self._tb
+        for pkt in self._stream.encode(vf):
+            self._out.mux(pkt)
+        self.frames += 1
 
-    def close(self) -> None:
-        with self._lock:
-            if self._out is None:
-                return
-            try:
-                for pkt in self._stream.encode(None):
-                    self._out.mux(pkt)
-                self._out.close()
-                os.replace(self._tmp, self.path)
-            except BaseException:
-                self._tmp.unlink(missing_ok=True)
-                raise
-            finally:
-                self._out = None
+    def close(self, timeout: float = 30.0) -> None:
+        """Encode what is queued, finish the file and rename it (the audio up to the end of the
+        last frame).
+
+        Raises:
+            BaseException: the encoder's error (the temp file is removed).
+        """
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join(timeout)
+        if self._out is None:
+            if self.error is not None:
+                raise self.error
+            return
+        try:
+            if self.error is not None:
+                raise self.error
+            for pkt in self._stream.encode(None):
+                self._out.mux(pkt)
+            if self._audio is not None and self.clock is not None and \
+                    self._last is not None and self._m0 is not None:
+                _, rate = self.clock.timing()
+                self._audio.mux_until(self._out, self._m0 + self._last[0] * self._tb + 1 / rate)
+            if self._dropped:
+                self._note(f"recorder: {self._dropped} frame(s) dropped: the encoder fell "
+                           "behind")
+            self._out.close()
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self._tmp.unlink(missing_ok=True)
+            raise
+        finally:
+            if self._audio is not None:
+                self._audio.close()
+            self._out = None
 
 
 class PreviewSink(Sink):
@@ -463,5 +671,5 @@ class CallbackSink(Sink):
         self.callback(frame, t_capture_ns)
 
 
-__all__ = ["CallbackSink", "PreviewSink", "RecorderSink", "Sink", "VirtualCameraSink",
-           "letterbox"]
+__all__ = ["RECORDER_BUFFER_BYTES", "CallbackSink", "MediaClock", "PreviewSink", "RecorderSink",
+           "Sink", "VirtualCameraSink", "letterbox"]

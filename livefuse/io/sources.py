@@ -16,6 +16,7 @@ import itertools
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -194,6 +195,10 @@ class CameraSource:
 class VideoFileSource:
     """A video file decoded with PyAV, paced at its own frame rate, optionally looped.
 
+    It is also the recorder's :class:`~livefuse.io.sinks.MediaClock`: it remembers when it
+    delivered each frame and that frame's own timestamp, so a recording of a file input keeps
+    the file's timing (and its audio in sync) however many frames the live loop drops.
+
     Raises (from :meth:`open`):
         VideoError: missing, empty or undecodable file, or no video stream.
     """
@@ -204,17 +209,38 @@ class VideoFileSource:
         self.path, self.loop = Path(path), loop
         self._container: Any = None
         self._frames: Any = None
+        self._tb = Fraction(1, 1000)
+        self._rate = Fraction(30)
+        self._first_pts: int | None = None
+        self._lock = threading.Lock()
+        self._reads: deque[tuple[int, Fraction]] = deque(maxlen=1024)
+        self._passes: list[Fraction] = []
+        self._last_media: Fraction | None = None
+        self._closed_at: int | None = None
 
     def open(self) -> SourceInfo:
-        import av
-
         from livefuse.io.video import probe
 
         info = probe(self.path)  # raises VideoError with the file's name
+        self._rate = info.rate or Fraction(30)
+        self._start_pass()
+        with self._lock:
+            self._closed_at = None
+        return SourceInfo(info.width, info.height, float(self._rate), f"video {self.path.name}")
+
+    def _start_pass(self) -> None:
+        import av
+
+        if self._container is not None:
+            self._container.close()
         self._container = av.open(str(self.path))
-        self._frames = self._container.decode(video=0)
-        return SourceInfo(info.width, info.height, float(info.rate or Fraction(30)),
-                          f"video {self.path.name}")
+        vs = self._container.streams.video[0]
+        self._tb = Fraction(vs.time_base) if vs.time_base else 1 / self._rate
+        self._frames = self._container.decode(vs)
+        with self._lock:
+            # a new pass (a loop, or a reopen) begins one frame after the last one shown
+            start = Fraction(0) if self._last_media is None else self._last_media + 1 / self._rate
+            self._passes.append(start)
 
     def read(self) -> Frame | None:
         try:
@@ -222,12 +248,42 @@ class VideoFileSource:
         except StopIteration:
             if not self.loop:
                 raise EndOfStream from None
-            self.close()
-            self.open()
+            self._start_pass()
             frame = next(self._frames)
-        return np.ascontiguousarray(frame.to_ndarray(format="bgr24"))
+        img = np.ascontiguousarray(frame.to_ndarray(format="bgr24"))
+        if frame.pts is not None:
+            if self._first_pts is None:
+                self._first_pts = frame.pts
+            media = self._passes[-1] + (frame.pts - self._first_pts) * self._tb
+            with self._lock:
+                self._reads.append((time.perf_counter_ns(), media))
+                self._last_media = media
+        return img
+
+    def media_time(self, t_capture_ns: int) -> Fraction | None:
+        """Seconds from the file's first frame to the frame captured at ``t_capture_ns`` (the
+        capture thread stamps a frame right after :meth:`read` returns it), continuing across
+        loops; ``None`` for a frame this source did not deliver (it was closed before)."""
+        with self._lock:
+            if self._closed_at is not None and t_capture_ns > self._closed_at:
+                return None
+            for stamp, media in reversed(self._reads):
+                if stamp <= t_capture_ns:
+                    return media
+        return None
+
+    def timing(self) -> tuple[Fraction, Fraction]:
+        """``(time base, frame rate)`` of the video stream."""
+        return self._tb, self._rate
+
+    def pass_starts(self) -> list[Fraction]:
+        """The media time each pass over the file began at."""
+        with self._lock:
+            return list(self._passes)
 
     def close(self) -> None:
+        with self._lock:
+            self._closed_at = time.perf_counter_ns()
         if self._container is not None:
             self._container.close()
             self._container = None

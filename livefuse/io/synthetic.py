@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import cv2
@@ -79,15 +80,21 @@ def write_clip(frames: list[Frame] | Iterator[Frame], path: str | os.PathLike[st
         for pkt in vs.encode(None):
             out.mux(pkt)
         if astream is not None:
-            seconds = len(frames) / float(rate)
-            n = int(48000 * seconds)
-            tone = (0.2 * np.sin(2 * np.pi * 440 * np.arange(n) / 48000)).astype(np.float32)
-            for start in range(0, n, 1024):
-                chunk = tone[start:start + 1024]
-                af = av.AudioFrame.from_ndarray(chunk[None, :], format="fltp", layout="mono")
-                af.sample_rate, af.pts = 48000, start
-                for pkt in astream.encode(af):
-                    out.mux(pkt)
-            for pkt in astream.encode(None):
-                out.mux(pkt)
+            write_tone(out, astream, len(frames) / float(rate))
     return p
+
+
+def write_tone(out: Any, stream: Any, seconds: float, hz: float = 440.0) -> None:
+    """Encode and mux ``seconds`` of a mono sine tone at ``hz`` into ``stream`` (an audio stream
+    of ``out``, e.g. ``out.add_stream("aac", rate=48000)``), flushing the encoder at the end."""
+    rate = stream.codec_context.sample_rate or 48000
+    n = int(rate * seconds)
+    tone = (0.2 * np.sin(2 * np.pi * hz * np.arange(n) / rate)).astype(np.float32)
+    for start in range(0, n, 1024):
+        af = av.AudioFrame.from_ndarray(tone[None, start:start + 1024], format="fltp",
+                                        layout="mono")
+        af.sample_rate, af.pts = rate, start
+        for pkt in stream.encode(af):
+            out.mux(pkt)
+    for pkt in stream.encode(None):
+        out.mux(pkt)

@@ -1,5 +1,10 @@
-"""Video in, video out, audio kept: decode with PyAV, process each frame, encode H.264, and copy
-every audio stream's packets untouched.
+"""Video in, video out, audio kept: decode with PyAV, process each frame, encode (H.264 by
+default), and copy every audio stream's packets untouched.
+
+:func:`transcode` runs as a pipeline (design.md §8): decode ‖ stage/upload ‖ process ‖ convert ‖
+encode, each on its own thread with bounded queues between them (:mod:`livefuse.io.pipeline`).
+The threads change when work happens, never what is written: frames and audio packets reach the
+muxer in the order the serial loop (``pipelined=False``) gives, so both write the same bytes.
 
 The output is written to a temp file beside the destination and renamed at the end, so an
 interrupted run never leaves a half-written file under the final name and never touches the input.
@@ -8,23 +13,38 @@ interrupted run never leaves a half-written file under the final name and never 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import av
 import cv2
 import numpy as np
 
 from livefuse.errors import VideoError
+from livefuse.io.codecs import (
+    DEFAULT_CRF,
+    EncoderChoice,
+    OpenedVideo,
+    choose_encoder,
+    open_video,
+    plain_av_error,
+)
+from livefuse.io.pipeline import ChainStats, Passthrough, Stage, run_chain
 from livefuse.types import Frame
 
 VIDEO_SUFFIXES = frozenset({".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v"})
 OUTPUT_VIDEO_SUFFIXES = VIDEO_SUFFIXES - {".avi", ".webm"}
-"""Containers :func:`transcode` writes (H.264 plus the input's audio)."""
-DEFAULT_CRF = 18  # x264's "visually lossless" range (17-18) per the x264 / FFmpeg H.264 guide
+"""Containers :func:`transcode` writes (the encoded video plus the input's audio)."""
+PART_INFIX = ".livefuse-part"
+"""Temp outputs are ``.{stem}.livefuse-part{suffix}`` beside the destination."""
+
+EARLY_END_TOLERANCE = 0.005
+"""An input whose decoded frames fall short of the frame count its container declares by more
+than this fraction (and more than one frame) "ended early"."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +56,7 @@ class VideoInfo:
         rate: frame rate as an exact rational (e.g. ``30000/1001``).
         frames: frame count from the container, ``0`` when unknown.
         audio_streams: number of audio streams.
+        duration: seconds the container declares for the video stream, ``None`` when unknown.
     """
 
     width: int
@@ -43,6 +64,51 @@ class VideoInfo:
     rate: Fraction
     frames: int
     audio_streams: int
+    duration: Fraction | None = None
+
+
+@dataclass(frozen=True)
+class Span:
+    """A keyframe-aligned chunk of a video (``livefuse batch``), in the video stream's ticks.
+
+    Frames with ``start <= pts < end`` are written; those from ``warm_from`` to ``start`` are
+    processed first and not written, so tracking and landmark smoothing enter the chunk as they
+    would in a run over the whole video. Decoding starts at the keyframe ``seek``.
+
+    Attributes:
+        seek: pts of the keyframe decoding starts at (at or before ``warm_from``).
+        warm_from: pts of the first frame processed.
+        start: pts of the chunk's first written frame (a keyframe that opens a closed GOP).
+        end: pts of the next chunk's first frame; ``None`` for the last chunk.
+        origin: pts of the video's first frame (timestamps for smoothing count from it).
+        first_index: index of the frame at ``warm_from`` in the whole video.
+    """
+
+    seek: int
+    warm_from: int
+    start: int
+    end: int | None
+    origin: int
+    first_index: int
+
+
+@dataclass(frozen=True)
+class VideoOptions:
+    """How a video file is decoded and encoded.
+
+    Attributes:
+        encoder: ``--video-encoder`` (see :data:`livefuse.config.VIDEO_ENCODER_CHOICES`).
+        decoder: ``--video-decoder``: ``auto``, ``cpu`` or ``nvdec``.
+        crf: quality, on x264's CRF scale (other encoders are mapped onto it).
+        pipelined: decode, stage, process, convert and encode on their own threads.
+        depth: bounded queue size between two stages.
+    """
+
+    encoder: str = "auto"
+    decoder: str = "auto"
+    crf: int = DEFAULT_CRF
+    pipelined: bool = True
+    depth: int = 4
 
 
 @dataclass
@@ -56,6 +122,14 @@ class TranscodeResult:
     notes: list[str] = field(default_factory=list)
     span: Fraction | None = None
     """Seconds from the first frame's timestamp to the last one's (``None`` without them)."""
+    encoder: str = ""
+    """The encoder used and why (``libx264 (auto; h264_nvenc does not open here)``)."""
+    decoder: str = ""
+    """How the video was decoded (``decode: CPU (NVDEC unavailable: ...)``)."""
+    incomplete: str | None = None
+    """Why the input gave fewer frames than it declares (``input ended early: 55 of 150
+    frames``), or ``None``; the output then holds the frames that were decoded."""
+    stats: ChainStats = field(default_factory=ChainStats)
 
     @property
     def measured_rate(self) -> Fraction | None:
@@ -66,23 +140,47 @@ class TranscodeResult:
         return (self.frames - 1) / self.span
 
 
+class FrameProcessor(Protocol):
+    """What :func:`transcode` runs on each frame, split so the two halves overlap.
+
+    ``stage`` runs on the staging thread (the GPU path uploads the frame there), ``process`` on
+    the processing thread; each is called in frame order, one frame at a time.
+    """
+
+    def stage(self, frame: Frame) -> Any: ...
+
+    def process(self, staged: Any, index: int, t_s: float) -> Frame:
+        """``staged`` -> the output frame ``(H, W, 3) uint8 BGR`` (may be the input array);
+        ``t_s``: the frame's own timestamp in seconds from the video's first frame."""
+        ...
+
+
+class _FunctionProcessor:
+    def __init__(self, fn: Callable[[Frame, int], Frame]) -> None:
+        self.fn = fn
+
+    def stage(self, frame: Frame) -> Frame:
+        return frame
+
+    def process(self, staged: Frame, index: int, t_s: float) -> Frame:
+        return self.fn(staged, index)
+
+
 def is_video_path(path: str | os.PathLike[str]) -> bool:
     return Path(path).suffix.lower() in VIDEO_SUFFIXES
 
 
-def _open_input(path: Path) -> Any:
-    if not path.exists():
-        raise VideoError(path, "file not found")
-    if path.stat().st_size == 0:
-        raise VideoError(path, "file is empty (0 bytes)")
-    try:
-        container = av.open(str(path))
-    except (av.error.FFmpegError, OSError, ValueError) as exc:
-        raise VideoError(path, f"cannot open: {exc}") from exc
-    if not container.streams.video:
-        container.close()
-        raise VideoError(path, "has no video stream")
-    return container
+def part_path(dst: Path) -> Path:
+    """The temp name ``dst`` is written under until it is complete."""
+    return dst.with_name(f".{dst.stem}{PART_INFIX}{dst.suffix}")
+
+
+def _declared_duration(container: Any, vs: Any) -> Fraction | None:
+    if vs.duration and vs.time_base:
+        return Fraction(vs.duration) * Fraction(vs.time_base)
+    if container.duration:
+        return Fraction(container.duration, av.time_base)
+    return None
 
 
 def probe(path: str | os.PathLike[str]) -> VideoInfo:
@@ -91,125 +189,346 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
     Raises:
         VideoError: missing, empty, undecodable or without a video stream.
     """
-    p = Path(path)
-    with _open_input(p) as c:
+    opened = open_video(Path(path), "cpu")
+    with opened.container as c:
         vs = c.streams.video[0]
         rate = vs.average_rate or vs.guessed_rate or Fraction(30)
         return VideoInfo(vs.codec_context.width, vs.codec_context.height, Fraction(rate),
-                         int(vs.frames or 0), len(c.streams.audio))
+                         int(vs.frames or 0), len(c.streams.audio), _declared_duration(c, vs))
+
+
+def muxer_options(path: Path, time_base: Fraction) -> dict[str, str]:
+    """Container options that keep every timestamp exact: an MP4/MOV edit list (which places a
+    track that starts after 0) counts in the movie's timescale, 1/1000 s by default, which would
+    move a 30000/1001 clip's frames by up to half a millisecond; the stream's own is used."""
+    if path.suffix.lower() in (".mp4", ".mov", ".m4v") and 0 < time_base.denominator < 2**31:
+        return {"movie_timescale": str(time_base.denominator)}
+    return {}
 
 
 def _even(n: int) -> int:
     return n + (n & 1)
 
 
+@dataclass(eq=False)
+class _Item:
+    """One frame on its way through the chain."""
+
+    index: int
+    pts: int
+    t_s: float
+    img: Any  # the decoded frame, then the staged frame, then the output frame
+    write: bool = True
+    out: Any = None  # the av.VideoFrame for the encoder
+
+
+class _Decoder:
+    """The chain's source: demuxes video (and, for a whole file, audio) packets and decodes the
+    video, giving each frame its output timestamp. Input errors end the stream (the frames before
+    them are kept); :meth:`incomplete` says whether the input ended early."""
+
+    def __init__(self, opened: OpenedVideo, src: Path, span: Span | None, decoder: str) -> None:
+        self.opened, self.src, self.span, self.decoder = opened, src, span, decoder
+        inp = opened.container
+        self.vin = inp.streams.video[0]
+        if opened.decoder == "CPU":
+            self.vin.thread_type = "AUTO"
+        self.rate = Fraction(self.vin.average_rate or self.vin.guessed_rate or Fraction(30))
+        # The input's own time base, not 1/rate: a variable-rate clip (phones) has frames
+        # closer together than 1/average-rate, which would round onto one tick and be
+        # refused by the muxer ("non monotonically increasing dts").
+        self.tb = Fraction(self.vin.time_base) if self.vin.time_base else 1 / self.rate
+        self.step = max(1, round(1 / (self.rate * self.tb)))  # one nominal frame period, ticks
+        self.decoded = 0
+        self.written = 0
+        self.nudged = 0
+        self.bad_packets = 0
+        self.error: str | None = None
+        self.first_pts: int | None = None
+        self.last_pts: int | None = None
+
+    def _packets(self) -> Iterator[Any]:
+        inp = self.opened.container
+        if self.span is not None:
+            inp.seek(self.span.seek, stream=self.vin, backward=True, any_frame=False)
+            return iter(inp.demux(self.vin))
+        return iter(inp.demux(self.vin, *inp.streams.audio))
+
+    def _frames(self, packet: Any) -> list[Any]:
+        try:
+            return list(packet.decode())
+        except av.error.FFmpegError as exc:
+            if self.decoded == 0 and self.opened.decoder == "NVDEC":
+                raise _NvdecRefused(plain_av_error(exc)) from exc
+            self.bad_packets += 1
+            self.error = plain_av_error(exc)
+            return []
+
+    def __iter__(self) -> Iterator[Any]:
+        packets = self._packets()
+        origin = self.span.origin if self.span is not None else None
+        index = self.span.first_index if self.span is not None else 0
+        while True:
+            try:
+                packet = next(packets)
+            except StopIteration:
+                return
+            except av.error.FFmpegError as exc:  # the demuxer gave up: the input ends here
+                self.error = plain_av_error(exc)
+                return
+            if packet.stream.type != "video":
+                if packet.dts is not None:  # a None dts is the demuxer's flush marker
+                    yield Passthrough(packet)
+                continue
+            for frame in self._frames(packet):
+                pts = frame.pts
+                span = self.span
+                if span is not None and pts is not None:
+                    if pts < span.warm_from:
+                        continue
+                    if span.end is not None and pts >= span.end:
+                        return
+                img = self._bgr(frame)
+                self.decoded += 1
+                write = span is None or pts is None or pts >= span.start
+                pts = self._output_pts(pts) if write else pts
+                if origin is None:
+                    origin = pts
+                t_s = float((pts - origin) * self.tb)
+                yield _Item(index, pts, t_s, img, write)
+                index += 1
+
+    def _bgr(self, frame: Any) -> Any:
+        try:
+            return frame.to_ndarray(format="bgr24")
+        except (av.error.FFmpegError, ValueError, TypeError) as exc:
+            if self.decoded == 0 and self.opened.decoder == "NVDEC":
+                # a hardware frame PyAV cannot bring back: decode this input on the CPU
+                raise _NvdecRefused(str(exc)) from exc
+            raise
+
+    def _output_pts(self, pts: int | None) -> int:
+        """The timestamp a written frame gets: its own; a missing one continues the cadence, a
+        repeated one moves one tick later (the encoder refuses both)."""
+        if pts is None:  # some demuxers (raw streams) give none
+            pts = 0 if self.last_pts is None else self.last_pts + self.step
+        elif self.last_pts is not None and pts <= self.last_pts:
+            pts, self.nudged = self.last_pts + 1, self.nudged + 1
+        self.last_pts = pts
+        if self.first_pts is None:
+            self.first_pts = pts
+        self.written += 1
+        return pts
+
+    def incomplete(self, declared: int, duration: Fraction | None) -> str | None:
+        """Why the input (a whole file) gave fewer frames than it declares, or ``None``."""
+        covered = None
+        if self.last_pts is not None and self.first_pts is not None:
+            covered = (self.last_pts - self.first_pts) * self.tb + 1 / self.rate
+        return incomplete_reason(self.decoded, declared, duration, covered, self.rate,
+                                 self.error, self.bad_packets)
+
+
+def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
+                      covered: Fraction | None, rate: Fraction, error: str | None = None,
+                      bad_packets: int = 0) -> str | None:
+    """Why a video gave fewer frames than its container declares, or ``None``.
+
+    Args:
+        decoded: frames decoded. declared: the container's frame count (0 when it has none).
+        duration: the container's duration (s), used when it declares no count.
+        covered: seconds the decoded frames cover (first to last, plus one frame).
+        error: the decoding error that stopped or interrupted it, if any.
+        bad_packets: packets that could not be decoded and were skipped.
+    """
+    missing = declared - decoded
+    if declared > 0 and missing > max(1, declared * EARLY_END_TOLERANCE):
+        why = f": {error}" if error else ""
+        return f"input ended early: {decoded} of {declared} frames{why}"
+    if declared <= 0 and duration and covered is not None and \
+            duration - covered > max(Fraction(1, 2), 2 / rate):
+        about = round(duration * rate)
+        return (f"input ended early: {decoded} frames, {float(covered):.1f} s of "
+                f"{float(duration):.1f} s (about {about} frames)")
+    if error is not None:
+        return (f"input damaged: {bad_packets or 1} part(s) could not be decoded ({error}); "
+                f"{decoded} frames decoded")
+    return None
+
+
+class _NvdecRefused(Exception):
+    """NVDEC opened but refused the stream's first packet (an unsupported profile)."""
+
+
+class _Encoder:
+    """The chain's convert stage and sink: pads, converts to the encoder's pixel format, encodes
+    and muxes, copying audio packets as they come."""
+
+    def __init__(self, out: Any, choice: EncoderChoice, dec: _Decoder, size: tuple[int, int],
+                 audio_map: dict[int, Any], src: Path,
+                 on_frame: Callable[[int], None] | None) -> None:
+        self.out, self.dec, self.audio_map, self.src = out, dec, audio_map, src
+        self.on_frame = on_frame
+        self.w, self.h = size
+        self.ow, self.oh = _even(self.w), _even(self.h)
+        vout = out.add_stream(choice.name, rate=dec.rate, time_base=dec.tb)
+        vout.width, vout.height, vout.pix_fmt = self.ow, self.oh, "yuv420p"
+        vout.options = dict(choice.options)
+        if choice.frame_threads and not choice.hardware:
+            vout.codec_context.thread_type = "FRAME"
+        self.vout = vout
+        self.frames = 0
+
+    def convert(self, item: _Item) -> _Item:
+        if not item.write:
+            return item
+        img = item.img
+        if img.shape[:2] != (self.h, self.w) or img.dtype != np.uint8:
+            raise VideoError(self.src, f"frame {item.index}: processing returned shape "
+                                       f"{img.shape} {img.dtype}, expected ({self.h}, {self.w}, "
+                                       "3) uint8")
+        if (self.ow, self.oh) != (self.w, self.h):
+            img = np.asarray(cv2.copyMakeBorder(img, 0, self.oh - self.h, 0, self.ow - self.w,
+                                                cv2.BORDER_REPLICATE), dtype=np.uint8)
+        vf = av.VideoFrame.from_ndarray(img, format="bgr24").reformat(format="yuv420p")
+        vf.pts, vf.time_base = item.pts, self.dec.tb
+        item.out, item.img = vf, None
+        return item
+
+    def sink(self, item: Any) -> None:
+        if isinstance(item, Passthrough):
+            packet = item.payload
+            packet.stream = self.audio_map[packet.stream.index]
+            self.out.mux(packet)
+            return
+        if not item.write:
+            return
+        for pkt in self.vout.encode(item.out):
+            self.out.mux(pkt)
+        self.frames += 1
+        if self.on_frame is not None:
+            self.on_frame(self.frames)
+
+    def flush(self) -> None:
+        for pkt in self.vout.encode(None):
+            self.out.mux(pkt)
+
+
 def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
-              process: Callable[[Frame, int], Frame],
-              on_frame: Callable[[int], None] | None = None, crf: int = DEFAULT_CRF,
-              keep: Callable[[], bool] | None = None) -> TranscodeResult:
-    """Run ``process`` on every frame of ``src`` and write ``dst`` (H.264 + the original audio).
+              process: Callable[[Frame, int], Frame] | None = None,
+              on_frame: Callable[[int], None] | None = None, crf: int | None = None,
+              keep: Callable[[], bool] | None = None, options: VideoOptions | None = None,
+              span: Span | None = None, processor: FrameProcessor | None = None,
+              cancel: threading.Event | None = None) -> TranscodeResult:
+    """Run ``process`` on every frame of ``src`` and write ``dst`` (encoded video + the
+    original audio).
 
     Args:
         src: input video.
         dst: output path; the container follows its suffix (``.mp4``, ``.mkv``, ``.mov``).
-        process: ``(frame (H, W, 3) uint8 BGR, index) -> frame`` of the same size.
-        on_frame: called after each frame with the count so far (progress bars).
-        crf: x264 constant rate factor.
+        process: ``(frame (H, W, 3) uint8 BGR, index) -> frame`` of the same size; or
+        processor: the same split in a staging and a processing half (:class:`FrameProcessor`,
+            what ``livefuse run`` gives: the GPU upload of frame n+1 overlaps the work on n).
+        on_frame: called after each frame is encoded with the count so far (progress bars);
+            from the encoding thread when pipelined.
+        crf: quality on x264's CRF scale (overrides ``options.crf``).
         keep: asked once at the end; ``False`` discards the output (``dst`` is left untouched).
+        options: encoder, decoder, threads (:class:`VideoOptions`; defaults when omitted).
+        span: write only this keyframe-aligned chunk, video only (``livefuse batch`` joins the
+            chunks and copies the audio once, from the input).
+        cancel: set from another thread to stop (raises
+            :class:`~livefuse.io.pipeline.Cancelled`; no part file is left).
 
     Frame timing is kept: each output frame carries its input frame's timestamp, in the input
     stream's own time base (so variable-frame-rate phone clips keep every frame where it was),
     and the declared rate is the input's exact rational. An odd width or height (which yuv420p
     cannot hold) is padded by one replicated pixel row/column; the note says so.
 
+    An input that ends early or cannot be decoded to its end (a truncated download) is not an
+    error: the frames decoded are written and :attr:`TranscodeResult.incomplete` says what was
+    missing.
+
     Raises:
-        VideoError: unreadable input, ``dst`` equal to ``src``, an unsupported output suffix, or an
-            audio codec the output container cannot hold (the message suggests ``.mkv``).
+        VideoError: unreadable input, ``dst`` equal to ``src``, an unsupported output suffix, no
+            frame at all, or an audio codec the output container cannot hold (the message
+            suggests ``.mkv``).
+        LivefuseError: a named encoder that does not open here.
     """
     s, d = Path(src), Path(dst)
+    opts = options or VideoOptions()
+    if crf is not None:
+        opts = VideoOptions(opts.encoder, opts.decoder, crf, opts.pipelined, opts.depth)
     if d.suffix.lower() not in OUTPUT_VIDEO_SUFFIXES:
         raise VideoError(d, f"unsupported output suffix '{d.suffix}': use .mp4, .mkv or .mov")
     if d.exists() and s.exists() and d.resolve() == s.resolve():
         raise VideoError(d, "output would overwrite the input; choose another output path")
-    result = TranscodeResult()
-    inp = _open_input(s)
-    d.parent.mkdir(parents=True, exist_ok=True)
-    tmp = d.with_name(f".{d.stem}.livefuse-part{d.suffix}")
+    if processor is None:
+        if process is None:
+            raise TypeError("transcode needs process or processor")
+        processor = _FunctionProcessor(process)
+    choice = choose_encoder(opts.encoder, opts.crf)
     try:
-        with inp, av.open(str(tmp), "w") as out:
-            vin = inp.streams.video[0]
-            vin.thread_type = "AUTO"
-            rate = Fraction(vin.average_rate or vin.guessed_rate or Fraction(30))
-            w, h = vin.codec_context.width, vin.codec_context.height
-            ow, oh = _even(w), _even(h)
-            if (ow, oh) != (w, h):
-                result.notes.append(
-                    f"input is {w}x{h}; H.264 4:2:0 needs even sizes, so the output is {ow}x{oh} "
-                    "(one edge pixel row/column repeated)")
-            # The input's own time base, not 1/rate: a variable-rate clip (phones) has frames
-            # closer together than 1/average-rate, which would round onto one tick and be
-            # refused by the muxer ("non monotonically increasing dts").
-            tb = Fraction(vin.time_base) if vin.time_base else 1 / rate
-            vout = out.add_stream("libx264", rate=rate, time_base=tb)
-            vout.width, vout.height, vout.pix_fmt = ow, oh, "yuv420p"
-            vout.options = {"crf": str(crf), "preset": "veryfast"}
+        return _transcode(s, d, processor, on_frame, keep, opts, choice, span, opts.decoder,
+                          cancel)
+    except _NvdecRefused as exc:
+        result = _transcode(s, d, processor, on_frame, keep, opts, choice, span, "cpu", cancel)
+        result.decoder = f"decode: CPU (NVDEC refused this stream: {exc})"
+        return result
+
+
+def _transcode(s: Path, d: Path, processor: FrameProcessor,
+               on_frame: Callable[[int], None] | None, keep: Callable[[], bool] | None,
+               opts: VideoOptions, choice: EncoderChoice, span: Span | None,
+               decoder: str, cancel: threading.Event | None) -> TranscodeResult:
+    result = TranscodeResult(encoder=choice.note or choice.name)
+    opened = open_video(s, decoder)
+    result.decoder = opened.note
+    d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = part_path(d)
+    vin = opened.container.streams.video[0]
+    tb = Fraction(vin.time_base) if vin.time_base else Fraction(1, 1000)
+    try:
+        with opened.container as inp, av.open(str(tmp), "w",
+                                              options=muxer_options(d, tb)) as out:
+            dec = _Decoder(opened, s, span, decoder)
+            w, h = dec.vin.codec_context.width, dec.vin.codec_context.height
             audio_map: dict[int, Any] = {}
-            for a in inp.streams.audio:
-                audio_map[a.index] = out.add_stream_from_template(a)
-            result.rate, result.size = rate, (ow, oh)
+            if span is None:
+                for a in inp.streams.audio:
+                    audio_map[a.index] = out.add_stream_from_template(a)
+            enc = _Encoder(out, choice, dec, (w, h), audio_map, s, on_frame)
+            if (enc.ow, enc.oh) != (w, h):
+                result.notes.append(
+                    f"input is {w}x{h}; 4:2:0 video needs even sizes, so the output is "
+                    f"{enc.ow}x{enc.oh} (one edge pixel row/column repeated)")
+            result.rate, result.size = dec.rate, (enc.ow, enc.oh)
             result.audio_streams_copied = len(audio_map)
-
-            step = max(1, round(1 / (rate * tb)))  # one nominal frame period, in ticks
-            last_pts: int | None = None
-            first_pts: int | None = None
-            nudged = 0
-
-            def encode(img: Frame, pts: int | None) -> None:
-                nonlocal last_pts, first_pts, nudged
-                if img.shape[:2] != (h, w) or img.dtype != np.uint8:
-                    raise VideoError(s, f"frame {result.frames}: processing returned shape "
-                                        f"{img.shape} {img.dtype}, expected ({h}, {w}, 3) uint8")
-                if (ow, oh) != (w, h):
-                    img = np.asarray(cv2.copyMakeBorder(img, 0, oh - h, 0, ow - w,
-                                                        cv2.BORDER_REPLICATE), dtype=np.uint8)
-                if pts is None:  # some demuxers (raw streams) give none: continue the cadence
-                    pts = 0 if last_pts is None else last_pts + step
-                elif last_pts is not None and pts <= last_pts:
-                    # a broken input repeats a timestamp; the encoder would refuse it
-                    pts, nudged = last_pts + 1, nudged + 1
-                last_pts = pts
-                if first_pts is None:
-                    first_pts = pts
-                vf = av.VideoFrame.from_ndarray(img, format="bgr24")
-                vf.pts, vf.time_base = pts, tb
-                for pkt in vout.encode(vf):
-                    out.mux(pkt)
-
+            stages = [Stage("stage", lambda it: _set(it, processor.stage(it.img)), opts.depth),
+                      Stage("process", lambda it: _set(it, processor.process(
+                          it.img, it.index, it.t_s)), 2),
+                      Stage("convert", enc.convert, opts.depth)]
             try:
-                for packet in inp.demux(vin, *inp.streams.audio):
-                    if packet.stream.type == "video":
-                        for frame in packet.decode():
-                            img = frame.to_ndarray(format="bgr24")
-                            encode(process(img, result.frames), frame.pts)
-                            result.frames += 1
-                            if on_frame is not None:
-                                on_frame(result.frames)
-                    elif packet.dts is not None:  # a None dts is the demuxer's flush marker
-                        packet.stream = audio_map[packet.stream.index]
-                        out.mux(packet)
-                for pkt in vout.encode(None):
-                    out.mux(pkt)
+                run_chain(dec, stages, enc.sink, threaded=opts.pipelined,
+                          sink_depth=opts.depth, stats=result.stats, name="livefuse-video",
+                          cancel=cancel)
+                enc.flush()
             except av.error.FFmpegError as exc:
                 hint = " (an audio codec the container cannot hold? try a .mkv output)" \
                     if audio_map else ""
-                raise VideoError(s, f"processing failed after {result.frames} frames: "
-                                    f"{exc}{hint}") from exc
+                raise VideoError(s, f"writing '{d.name}' failed after {enc.frames} frames: "
+                                    f"{plain_av_error(exc)}{hint}") from exc
+            result.frames = enc.frames
+            if span is None:
+                info_frames = int(dec.vin.frames or 0)
+                result.incomplete = dec.incomplete(info_frames,
+                                                   _declared_duration(inp, dec.vin))
         if result.frames == 0:
-            raise VideoError(s, "no video frame could be decoded")
-        if first_pts is not None and last_pts is not None:
-            result.span = (last_pts - first_pts) * tb
-        if nudged:
-            result.notes.append(f"{nudged} frame(s) repeated an earlier timestamp; each was "
+            raise VideoError(s, "no video frame could be decoded" +
+                             (f" ({dec.error})" if dec.error else ""))
+        if dec.first_pts is not None and dec.last_pts is not None:
+            result.span = (dec.last_pts - dec.first_pts) * dec.tb
+        if dec.nudged:
+            result.notes.append(f"{dec.nudged} frame(s) repeated an earlier timestamp; each was "
                                 "moved one tick later")
         if keep is None or keep():
             os.replace(tmp, d)
@@ -221,7 +540,17 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     return result
 
 
+def _set(item: _Item, value: Any) -> _Item:
+    item.img = value
+    return item
+
+
 def read_frames(path: str | os.PathLike[str]) -> list[Frame]:
     """Decode every frame of a (short) video as ``(H, W, 3) uint8 BGR``; for tests and tools."""
-    with _open_input(Path(path)) as c:
+    with open_video(Path(path), "cpu").container as c:
         return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
+
+
+__all__ = ["OUTPUT_VIDEO_SUFFIXES", "PART_INFIX", "VIDEO_SUFFIXES", "FrameProcessor", "Span",
+           "TranscodeResult", "VideoInfo", "VideoOptions", "incomplete_reason", "is_video_path",
+           "muxer_options", "part_path", "probe", "read_frames", "transcode"]

@@ -1,0 +1,366 @@
+"""Worker pools for the batch dispatcher. This is the only module of livefuse that imports Ray.
+
+* :class:`RayPool`: Ray actors, each a :class:`~livefuse.batch.worker.BatchWorker` that builds
+  its engine once and keeps its models. With no ``address`` an embedded local cluster is started
+  for the command and stopped after it (dashboard off, a small object store, token
+  authentication kept on); ``address='auto'`` or ``HOST:PORT`` joins a running cluster, which is
+  left running. ``gpus_per_worker`` may be fractional: 0.25 puts four engines, and so four
+  encoders, on one GPU; Ray sets each actor's ``CUDA_VISIBLE_DEVICES``.
+* :class:`LocalPool`: the same workers as threads of this process, without Ray (the fallback when
+  Ray is not installed, and a way to run several engines on one GPU from one process).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import importlib.util
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from livefuse.batch.dispatch import GpuKey, WorkerLost, worker_names
+from livefuse.batch.plan import Unit
+from livefuse.batch.worker import BatchWorker, UnitResult, WorkerInfo, WorkerStats
+from livefuse.errors import LivefuseError
+from livefuse.extras import install_hint
+from livefuse.io.video import VideoOptions
+
+OBJECT_STORE_BYTES = 256 * 2**20
+"""The embedded cluster's object store: units and results are a few hundred bytes each (frames
+never travel through Ray: workers read and write files), so Ray's default of 30 % of RAM would
+only take memory from the engines."""
+STOP_TIMEOUT_S = 30.0
+
+
+def ray_available() -> bool:
+    """Whether Ray can be imported (the ``batch`` extra)."""
+    return importlib.util.find_spec("ray") is not None
+
+
+def _cuda_key(device: str) -> GpuKey | None:
+    if not device.startswith("cuda"):
+        return None
+    return "local", device.partition(":")[2] or "0"
+
+
+class LocalPool:
+    """Workers as threads of this process (no Ray).
+
+    Args:
+        factory: builds one engine (called once per worker, on its thread).
+        video: video options.
+        workers: engines side by side; on one GPU each has its own CUDA streams and encoder, and
+            PyAV, OpenCV and torch release the GIL while they work.
+    """
+
+    def __init__(self, factory: Callable[[], Any], video: VideoOptions | None = None,
+                 workers: int = 1) -> None:
+        self.workers = {n: BatchWorker(factory, video, n) for n in worker_names(max(1, workers))}
+        self._threads = cf.ThreadPoolExecutor(max_workers=len(self.workers),
+                                              thread_name_prefix="livefuse-batch")
+        self._units: dict[Hashable, tuple[str, Unit]] = {}
+        self.description = (f"in-process: {len(self.workers)} worker thread"
+                            f"{'s' if len(self.workers) > 1 else ''} (no Ray)")
+
+    def names(self) -> list[str]:
+        return list(self.workers)
+
+    def prepare(self) -> None:
+        """Build every worker's engine now, one after another (model loading in several
+        threads at once gains little and shares one device).
+
+        Raises:
+            LivefuseError: the engine cannot be built (a missing model, no face in the source).
+        """
+        for w in self.workers.values():
+            self._threads.submit(_build, w).result()
+
+    def submit(self, worker: str, unit: Unit) -> Hashable:
+        fut = self._threads.submit(self.workers[worker].run, unit)
+        self._units[fut] = (worker, unit)
+        return fut
+
+    def wait(self, handles: Sequence[Hashable], timeout: float) -> list[Hashable]:
+        done, _ = cf.wait(handles, timeout, return_when=cf.FIRST_COMPLETED)  # type: ignore[arg-type]
+        return list(done)
+
+    def result(self, handle: Hashable) -> UnitResult:
+        self._units.pop(handle)
+        assert isinstance(handle, cf.Future)
+        try:
+            res: UnitResult = handle.result()
+        except Exception as exc:  # Cancelled by a stop, or a bug outside run()'s own handling
+            raise WorkerLost(f"{type(exc).__name__}: {exc}") from exc
+        return res
+
+    def gpu(self, worker: str) -> GpuKey | None:
+        return _cuda_key(self.workers[worker].device())
+
+    def mem_info(self, worker: str) -> tuple[int, int] | None:
+        return self.workers[worker].mem_info()
+
+    def frames_done(self) -> int:
+        return sum(w.frames_done() for w in self.workers.values())
+
+    def stats(self) -> list[WorkerStats]:
+        return [w.stats() for w in self.workers.values()]
+
+    def cancel(self) -> None:
+        for w in self.workers.values():
+            w.cancel.set()
+        self._threads.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=True)
+
+
+def _build(worker: BatchWorker) -> None:
+    worker.engine  # noqa: B018  (the property builds it)
+
+
+class _RayWorker(BatchWorker):
+    """A BatchWorker inside a Ray actor: it reads the GPUs Ray gave it and its node."""
+
+    def __init__(self, factory: Callable[[], Any], video: VideoOptions | None, name: str,
+                 threads: int | None) -> None:
+        import ray
+
+        gpu_ids = tuple(str(g) for g in ray.get_gpu_ids())
+        node = ray.get_runtime_context().get_node_id()
+        super().__init__(factory, video, name, gpu_ids, node, threads)
+
+    def prepare(self) -> str:
+        """Build the engine now; its device."""
+        return str(getattr(self.engine.renderer, "device", "cpu"))
+
+
+def start_ray(address: str | None = None, num_cpus: float | None = None,
+              num_gpus: float | None = None,
+              object_store_bytes: int = OBJECT_STORE_BYTES) -> bool:
+    """Connect to Ray, starting an embedded local cluster when ``address`` is ``None``.
+
+    An embedded cluster runs with the dashboard off, :data:`OBJECT_STORE_BYTES` of object store
+    and token authentication on (Ray's default for a new local cluster; ``RAY_AUTH_MODE=token``
+    keeps it and silences the notice); Ray's processes still listen on every interface, so the
+    token is what keeps other machines out. ``num_cpus`` and
+    ``num_gpus`` override what Ray detects (tests: a fake two-GPU node on the CPU).
+
+    Returns:
+        ``True`` when this call started the cluster (the caller stops it with :func:`stop_ray`);
+        ``False`` when Ray was already connected or a running cluster was joined.
+
+    Raises:
+        LivefuseError: Ray is not installed, or the cluster cannot be reached.
+    """
+    if not ray_available():
+        raise LivefuseError(f"Ray is not installed: {install_hint('batch')}")
+    if address is None and "ray" not in sys.modules:
+        # read once, when Ray is imported: set later, the driver and the cluster it starts
+        # would disagree about the token
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR,
+                              "include_dashboard": False}
+    main = threading.current_thread() is threading.main_thread()
+    # Ray's driver installs a C-level SIGTERM handler that aborts the process (exit -6, no
+    # clean-up): the CLI's own handler (clean up, exit 143) is put back after ray.init
+    sigterm = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        if address is not None:
+            ray.init(address=address, **common)
+            return False
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus,  # type: ignore[arg-type]
+                 object_store_memory=object_store_bytes, _node_ip_address="127.0.0.1",
+                 **common)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = f"--address {address}" if address else "the embedded Ray cluster"
+        raise LivefuseError(f"{where}: {exc}") from exc
+    finally:
+        if main and sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
+    return True
+
+
+def stop_ray() -> None:
+    """Stop this process's Ray connection (and, for an embedded cluster, its processes)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+class RayPool:
+    """Ray actors as batch workers.
+
+    Args:
+        factory: picklable; builds one engine inside each actor.
+        video: video options.
+        workers: actors; ``None``: as many as the cluster's GPUs (or CPUs, for CPU workers)
+            allow at the given share.
+        gpus_per_worker: GPU share per actor (fractional allowed); 0 for CPU workers; ``None``:
+            1 for the ``neural`` engine when the cluster has a GPU, else 0.
+        cpus_per_worker: CPU share per actor (also its OpenCV thread count, rounded).
+        address: ``None`` embedded, else ``auto`` or ``HOST:PORT``.
+        neural: the engine is the neural one.
+
+    Raises:
+        LivefuseError: Ray missing, the cluster unreachable, or too few GPUs for one worker.
+    """
+
+    def __init__(self, factory: Callable[[], Any], video: VideoOptions | None = None,
+                 workers: int | None = None, gpus_per_worker: float | None = 0.0,
+                 cpus_per_worker: float = 1.0, address: str | None = None,
+                 neural: bool = False) -> None:
+        self.owned = start_ray(address)
+        import ray
+
+        try:
+            res = ray.cluster_resources()
+            if gpus_per_worker is None:  # the neural engine takes a whole GPU where there is one
+                gpus_per_worker = 1.0 if neural and res.get("GPU", 0) > 0 else 0.0
+            if gpus_per_worker > 0 and res.get("GPU", 0) < gpus_per_worker:
+                raise LivefuseError(f"--gpus-per-worker {gpus_per_worker:g}: the cluster has "
+                                    f"{res.get('GPU', 0):g} GPU(s)")
+            if workers is None:
+                share = res.get("GPU", 0) / gpus_per_worker if gpus_per_worker > 0 else \
+                    res.get("CPU", 1) / max(cpus_per_worker, 1e-6)
+                workers = max(1, int(share + 1e-9))
+            actor = ray.remote(_RayWorker).options(
+                num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_concurrency=2)
+            threads = max(1, round(cpus_per_worker))
+            self.actors: dict[str, Any] = {n: actor.remote(factory, video, n, threads)
+                                           for n in worker_names(workers)}
+            self.info: dict[str, WorkerInfo] = dict(zip(
+                self.actors, ray.get([a.where.remote() for a in self.actors.values()]),
+                strict=True))
+        except BaseException:
+            if self.owned:
+                stop_ray()
+            raise
+        self._units: dict[Hashable, tuple[str, Unit]] = {}
+        where = "embedded local cluster" if self.owned else \
+            f"cluster at {address}" if address else "the cluster this process had joined"
+        gpu = f", {gpus_per_worker:g} GPU each" if gpus_per_worker else ""
+        self.description = (f"Ray ({where}): {len(self.actors)} worker"
+                            f"{'s' if len(self.actors) > 1 else ''}, {cpus_per_worker:g} CPU"
+                            f"{gpu}")
+
+    def names(self) -> list[str]:
+        return list(self.actors)
+
+    def prepare(self) -> None:
+        """Build every actor's engine now (in parallel).
+
+        Raises:
+            LivefuseError: the engine cannot be built (the first actor's error).
+        """
+        import ray
+
+        refs = [a.prepare.remote() for a in self.actors.values()]
+        try:
+            ray.get(refs)
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.as_instanceof_cause()
+            if isinstance(cause, LivefuseError):
+                raise cause from None
+            raise
+
+    def submit(self, worker: str, unit: Unit) -> Hashable:
+        ref = self.actors[worker].run.remote(unit)
+        self._units[ref] = (worker, unit)
+        return ref
+
+    def wait(self, handles: Sequence[Hashable], timeout: float) -> list[Hashable]:
+        import ray
+
+        ready, rest = ray.wait(list(handles), num_returns=1, timeout=timeout)
+        if ready and rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready += more
+        return list(ready)
+
+    def result(self, handle: Hashable) -> UnitResult:
+        import ray
+
+        worker, unit = self._units.pop(handle)
+        try:
+            res: UnitResult = ray.get(handle)  # type: ignore[call-overload]
+        except ray.exceptions.RayActorError as exc:
+            raise WorkerLost(str(exc).splitlines()[0]) from exc
+        except ray.exceptions.RayTaskError as exc:  # run() let something through
+            cause = exc.as_instanceof_cause()
+            return UnitResult(unit, ok=False, worker=worker,
+                              message=f"'{unit.item.input}': {type(cause).__name__}: {cause}")
+        return res
+
+    def gpu(self, worker: str) -> GpuKey | None:
+        info = self.info[worker]
+        return (info.node, info.gpu_ids[0]) if info.gpu_ids else None
+
+    def mem_info(self, worker: str) -> tuple[int, int] | None:
+        import ray
+
+        info: tuple[int, int] | None = ray.get(self.actors[worker].mem_info.remote(),
+                                               timeout=STOP_TIMEOUT_S)
+        return info
+
+    def frames_done(self) -> int:
+        import ray
+
+        try:
+            return sum(ray.get([a.frames_done.remote() for a in self.actors.values()],
+                               timeout=5.0))
+        except ray.exceptions.RayError:
+            return 0
+
+    def stats(self) -> list[WorkerStats]:
+        import ray
+
+        out = []
+        for name, a in self.actors.items():
+            try:
+                out.append(ray.get(a.stats.remote(), timeout=STOP_TIMEOUT_S))
+            except ray.exceptions.RayError:
+                out.append(WorkerStats(self.info[name], errors=["worker lost"]))
+        return out
+
+    def cancel(self) -> None:
+        """Kill every actor now and wait (up to :data:`STOP_TIMEOUT_S`) until each is gone, so
+        none writes after the caller removes the partial outputs."""
+        import ray
+
+        for a in self.actors.values():
+            ray.kill(a, no_restart=True)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for a in self.actors.values():
+            while time.monotonic() < deadline:
+                try:
+                    ray.get(a.where.remote(), timeout=1.0)
+                except ray.exceptions.RayActorError:
+                    break
+                except ray.exceptions.GetTimeoutError:
+                    continue
+                time.sleep(0.05)  # pragma: no cover  (answered: not dead yet)
+
+    def close(self) -> None:
+        import ray
+
+        try:
+            for a in self.actors.values():
+                ray.kill(a, no_restart=True)
+        finally:
+            if self.owned:
+                stop_ray()
+            del ray
+
+
+__all__ = ["OBJECT_STORE_BYTES", "LocalPool", "RayPool", "ray_available", "start_ray",
+           "stop_ray"]

@@ -1,0 +1,121 @@
+"""Join a video's chunks into one output: the swapped video by stream copy from the chunk files,
+every audio stream by stream copy from the input, byte for byte.
+
+Each chunk file holds the encoded frames of one keyframe-aligned span with the input's own
+timestamps, so the join re-encodes nothing and moves no timestamp. Only the decode timestamps are
+rebuilt when the chunks' own do not run strictly upwards across a boundary (each encoder started
+its B-frame delay afresh): frame ``i`` in decode order gets the ``i``-th smallest presentation
+time minus the largest reorder delay, which keeps every dts at or below its pts and strictly
+increasing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+from collections.abc import Iterator, Sequence
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+
+from livefuse.errors import VideoError
+from livefuse.io.codecs import open_video, plain_av_error
+from livefuse.io.video import muxer_options, part_path
+
+
+def _chunk_packets(chunks: Sequence[Path]) -> Iterator[tuple[Fraction, Any]]:
+    """Every chunk's video packets in decode order, each with its chunk's time base."""
+    for path in chunks:
+        with open_video(path, "cpu").container as container:
+            vs = container.streams.video[0]
+            for pkt in container.demux(vs):
+                if pkt.size == 0:
+                    continue
+                if pkt.pts is None:
+                    raise VideoError(path, "a chunk packet has no timestamp")
+                yield Fraction(vs.time_base), pkt
+
+
+def _timestamps(chunks: Sequence[Path], tb: Fraction) -> tuple[list[int], list[int | None]]:
+    """pts and dts of every video packet, in decode order, in ``tb`` (the first chunk's)."""
+    pts: list[int] = []
+    dts: list[int | None] = []
+    for ctb, pkt in _chunk_packets(chunks):
+        pts.append(int(pkt.pts * ctb / tb))
+        dts.append(None if pkt.dts is None else int(pkt.dts * ctb / tb))
+    return pts, dts
+
+
+def _decode_times(pts: list[int], dts: list[int | None]) -> list[int]:
+    """The chunks' own dts when they rise strictly across the whole video, else rebuilt."""
+    if all(d is not None and d <= p for p, d in zip(pts, dts, strict=True)) and \
+            all(b > a for a, b in itertools.pairwise(dts)):  # type: ignore[operator]
+        return [int(d) for d in dts if d is not None]
+    shown = sorted(pts)
+    delay = max(0, max(s - p for s, p in zip(shown, pts, strict=True)))
+    return [s - delay for s in shown]
+
+
+def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> int:
+    """Write ``dst`` from the chunk files (video) and ``src`` (audio), atomically.
+
+    Args:
+        src: the input video the chunks were cut from (its audio is copied).
+        chunks: chunk files in order.
+        dst: the output (``.mp4``, ``.mkv``, ``.mov``).
+
+    Returns:
+        The number of video frames written.
+
+    Raises:
+        VideoError: a chunk or the input cannot be read, or the output cannot be written.
+    """
+    tmp = part_path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    first = open_video(chunks[0], "cpu").container
+    inp = open_video(src, "cpu").container
+    vtemplate = first.streams.video[0]
+    tb = Fraction(vtemplate.time_base)
+    try:
+        with first, inp, av.open(str(tmp), "w", options=muxer_options(dst, tb)) as out:
+            pts, dts = _timestamps(chunks, tb)
+            if not pts:
+                raise VideoError(src, "the chunks hold no video frame")
+            decode_times = _decode_times(pts, dts)
+            vout = out.add_stream_from_template(vtemplate)
+            vout.time_base = tb
+            audio = {a.index: out.add_stream_from_template(a) for a in inp.streams.audio}
+
+            def video() -> Iterator[tuple[Fraction, int, int, Any]]:
+                packets = (pkt for _, pkt in _chunk_packets(chunks))
+                for k, (pkt, p, d) in enumerate(zip(packets, pts, decode_times, strict=True)):
+                    pkt.pts, pkt.dts, pkt.time_base = p, d, tb
+                    pkt.stream = vout
+                    yield d * tb, 0, k, pkt
+
+            def sound() -> Iterator[tuple[Fraction, int, int, Any]]:
+                if not audio:
+                    return
+                for k, pkt in enumerate(inp.demux(*inp.streams.audio)):
+                    if pkt.dts is None:  # the demuxer's flush marker
+                        continue
+                    t = Fraction(pkt.dts) * Fraction(pkt.time_base)
+                    pkt.stream = audio[pkt.stream.index]
+                    yield t, 1, k, pkt
+
+            for *_, pkt in heapq.merge(video(), sound(), key=lambda e: e[:3]):
+                out.mux(pkt)
+        os.replace(tmp, dst)
+    except av.error.FFmpegError as exc:
+        tmp.unlink(missing_ok=True)
+        raise VideoError(dst, f"joining the chunks failed: {plain_av_error(exc)}") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return len(pts)
+
+
+__all__ = ["join_chunks"]

@@ -1,0 +1,374 @@
+"""The batch planner: inputs → items (one output each) → work units. No Ray here.
+
+Inputs are files, folders (their files; with ``recursive`` their subfolders too) and glob
+patterns, images and videos mixed. Each item's output mirrors its input's name under the output
+folder: a file (or a glob match) lands at ``DIR/name``; a folder's files keep their path below
+that folder (``clips/a/b.mp4`` given as ``clips`` → ``DIR/a/b.mp4``). A video whose suffix the
+encoder cannot write (``.avi``, ``.webm``) becomes ``.mkv``.
+
+A long video is cut into chunks at keyframes that open a closed GOP (no frame after the keyframe
+in decode order is shown before it), so each chunk decodes on its own and the chunks join by
+stream copy with every frame and timestamp in place. A keyframe followed by leading pictures
+(an open GOP) is never a cut.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Literal
+
+import av
+
+from livefuse.errors import LivefuseError, VideoError
+from livefuse.imaging import IMAGE_SUFFIXES, is_image_path
+from livefuse.io.codecs import open_video
+from livefuse.io.video import OUTPUT_VIDEO_SUFFIXES, Span, is_video_path, part_path
+
+ItemKind = Literal["image", "video"]
+WARMUP_S = 1.0
+"""Seconds of frames before a chunk that its worker processes (and does not write) first, so
+tracking, the chosen face and landmark smoothing enter the chunk as they would in one run over
+the whole video (the One-Euro filter's still-face time constant is 0.32 s)."""
+MIN_CHUNK_S = 10.0
+MAX_CHUNK_S = 120.0
+CHUNK_DIR = ".livefuse-chunks"
+"""Hidden folder under the output folder that holds a chunked video's parts until the join."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One input and its output.
+
+    Attributes:
+        input: the image or video to swap into.
+        output: where its result goes.
+        kind: ``image`` or ``video``.
+        frames: frames expected (1 for an image; a video's declared count, 0 when unknown).
+        seconds: a video's declared duration (0 when unknown or an image).
+    """
+
+    input: Path
+    output: Path
+    kind: ItemKind
+    frames: int = 1
+    seconds: float = 0.0
+
+    @property
+    def key(self) -> str:
+        """A name for the item's chunk folder: its output path relative to nothing, flattened."""
+        return str(self.output).replace(os.sep, "_").lstrip("_")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One piece of work: one output file.
+
+    Attributes:
+        item: the item it belongs to.
+        output: the file the unit writes (the item's output, or a chunk file).
+        span: the chunk, or ``None`` for a whole image or video.
+        chunk: chunk number (0 for a whole item), ``chunks`` how many the item has.
+        frames: frames it writes (expected).
+    """
+
+    item: Item
+    output: Path
+    span: Span | None = None
+    chunk: int = 0
+    chunks: int = 1
+    frames: int = 1
+
+    @property
+    def label(self) -> str:
+        where = f" (chunk {self.chunk + 1}/{self.chunks})" if self.chunks > 1 else ""
+        return f"{self.item.input}{where}"
+
+
+@dataclass
+class Plan:
+    """What a batch will do.
+
+    Attributes:
+        items: to process, in input order.
+        skipped: items whose output exists (resumed; ``overwrite`` processes them again).
+        problems: ``(input, message)`` for inputs that cannot be items (unknown type, a glob
+            matching nothing, a missing file); they count as failures.
+    """
+
+    items: list[Item] = field(default_factory=list)
+    skipped: list[Item] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _output_name(rel: Path) -> Path:
+    if is_video_path(rel) and rel.suffix.lower() not in OUTPUT_VIDEO_SUFFIXES:
+        return rel.with_suffix(".mkv")
+    return rel
+
+
+def _media(path: Path) -> bool:
+    return is_image_path(path) or is_video_path(path)
+
+
+def _is_ours(path: Path) -> bool:
+    # a batch's own temp files and chunk folder in an input tree (the output folder inside it)
+    return path.name.startswith(".") or CHUNK_DIR in path.parts
+
+
+def expand(inputs: Sequence[str], recursive: bool = False
+           ) -> tuple[list[tuple[Path, Path]], list[tuple[str, str]]]:
+    """Files named by ``inputs``: ``(path, name under the output folder)`` pairs, and problems.
+
+    A folder gives its images and videos (sorted; below it too with ``recursive``); a pattern
+    with ``*``, ``?`` or ``[`` is expanded (``**`` with ``recursive``); a file is taken as it is,
+    and one that is neither an image nor a video is a problem.
+    """
+    found: list[tuple[Path, Path]] = []
+    problems: list[tuple[str, str]] = []
+    for raw in inputs:
+        p = Path(raw)
+        if p.is_dir():
+            pattern = "**/*" if recursive else "*"
+            files = sorted(f for f in p.glob(pattern) if f.is_file() and _media(f)
+                           and not _is_ours(f.relative_to(p)))
+            if not files:
+                problems.append((raw, "folder holds no image or video"
+                                 + ("" if recursive else " (subfolders need --recursive)")))
+            found += [(f, f.relative_to(p)) for f in files]
+        elif p.is_file():
+            if _media(p):
+                found.append((p, Path(p.name)))
+            else:
+                problems.append((raw, f"unknown file type '{p.suffix}' (images: "
+                                 f"{' '.join(sorted(IMAGE_SUFFIXES))}; videos: .mp4 .mkv .mov "
+                                 ".avi .webm .m4v)"))
+        elif glob.has_magic(raw):
+            matches = sorted(Path(m) for m in glob.glob(raw, recursive=recursive))
+            files = [m for m in matches if m.is_file() and _media(m)]
+            if not files:
+                problems.append((raw, "no image or video matches this pattern"))
+            found += [(f, Path(f.name)) for f in files]
+        else:
+            problems.append((raw, "file not found"))
+    return found, problems
+
+
+def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
+               overwrite: bool = False,
+               other_inputs: dict[str, Path | None] | None = None) -> Plan:
+    """Expand ``inputs`` and name each output under ``output_dir``.
+
+    Args:
+        other_inputs: further input files (``source``, ``reference``) no output may be.
+
+    An item whose output exists is skipped unless ``overwrite``. Videos are probed here (frame
+    count and duration for the progress display); an unreadable one is still an item, so its
+    error is reported with the others when its turn comes.
+
+    Raises:
+        LivefuseError: two inputs would write the same output, an output would be one of the
+            inputs (``DIR`` is an input folder), or ``output_dir`` is a file.
+    """
+    from livefuse.run import check_output_path
+
+    if output_dir.exists() and not output_dir.is_dir():
+        raise LivefuseError(f"--output-dir '{output_dir}' is a file; give a folder")
+    found, problems = expand(inputs, recursive)
+    # an output folder inside an input folder: its files are this batch's outputs, not inputs
+    # (an output folder that IS an input folder is refused below, output by output)
+    out_root = output_dir.resolve()
+    if out_root not in {Path(raw).resolve() for raw in inputs if Path(raw).is_dir()}:
+        found = [(f, rel) for f, rel in found if out_root not in f.resolve().parents]
+    plan = Plan(problems=problems)
+    seen: dict[Path, Path] = {}
+    inputs_resolved = {f.resolve() for f, _ in found}
+    for path, rel in found:
+        out = output_dir / _output_name(rel)
+        key = out.resolve()
+        if key in seen:
+            raise LivefuseError(f"'{path}' and '{seen[key]}' would both be written to '{out}'; "
+                                "give them in separate batches or rename one")
+        seen[key] = path
+        if key in inputs_resolved:
+            raise LivefuseError(f"output '{out}' is the input '{path}' itself (is --output-dir "
+                                "an input folder?); inputs are never overwritten")
+        check_output_path(out, {"target": path, **(other_inputs or {})})
+        kind: ItemKind = "image" if is_image_path(path) else "video"
+        frames, seconds = 1, 0.0
+        if kind == "video":
+            frames, seconds = _video_size(path)
+        item = Item(path, out, kind, frames, seconds)
+        if out.exists() and not overwrite:
+            plan.skipped.append(item)
+        else:
+            plan.items.append(item)
+    return plan
+
+
+def _video_size(path: Path) -> tuple[int, float]:
+    try:
+        from livefuse.io.video import probe
+
+        info = probe(path)
+    except LivefuseError:
+        return 0, 0.0
+    seconds = float(info.duration or 0)
+    frames = info.frames or round(seconds * float(info.rate))
+    return frames, seconds
+
+
+@dataclass(frozen=True)
+class KeyIndex:
+    """A video's frame timestamps and its clean cut points, from one pass over its packets.
+
+    Attributes:
+        pts: every frame's pts, in presentation order (video stream ticks).
+        cuts: pts of keyframes that open a closed GOP (where a chunk may start).
+        keyframes: pts of every keyframe (where decoding may start).
+        tb: the stream's time base; rate: its frame rate.
+    """
+
+    pts: tuple[int, ...]
+    cuts: tuple[int, ...]
+    keyframes: tuple[int, ...]
+    tb: Fraction
+    rate: Fraction
+
+
+def key_index(path: Path) -> KeyIndex | None:
+    """Scan ``path``'s video packets (no decoding).
+
+    Returns:
+        ``None`` when the video cannot be cut: a packet without a timestamp, or a demuxer error.
+    """
+    opened = open_video(path, "cpu")
+    with opened.container as c:
+        vs = c.streams.video[0]
+        tb = Fraction(vs.time_base) if vs.time_base else None
+        rate = Fraction(vs.average_rate or vs.guessed_rate or 30)
+        decode_order: list[tuple[int, bool]] = []
+        try:
+            for pkt in c.demux(vs):
+                if pkt.size == 0:
+                    continue
+                if pkt.pts is None:
+                    return None
+                decode_order.append((int(pkt.pts), bool(pkt.is_keyframe)))
+        except av.error.FFmpegError:
+            return None
+    if tb is None or len(decode_order) < 2:
+        return None
+    cuts, keyframes = [], []
+    shown_before = -(2**62)  # the largest pts among the packets before this one
+    for k, (pts, key) in enumerate(decode_order):
+        if key:
+            keyframes.append(pts)
+            # closed: nothing before it is shown after it, and nothing after it (up to the next
+            # keyframe) is shown before it
+            nxt = next((j for j in range(k + 1, len(decode_order)) if decode_order[j][1]),
+                       len(decode_order))
+            leading = any(p < pts for p, _ in decode_order[k + 1:nxt])
+            if shown_before < pts and not leading:
+                cuts.append(pts)
+        shown_before = max(shown_before, pts)
+    return KeyIndex(tuple(sorted(p for p, _ in decode_order)), tuple(cuts), tuple(keyframes),
+                    tb, rate)
+
+
+def chunk_spans(index: KeyIndex, chunk_s: float, warmup_s: float = WARMUP_S,
+                detect_every: int = 1) -> list[Span]:
+    """Cut a video into chunks of about ``chunk_s`` seconds at its clean cut points.
+
+    Each chunk after the first starts its processing ``warmup_s`` earlier (rounded down to a
+    multiple of ``detect_every`` frames, so detection falls on the frames it falls on in one run
+    over the whole video) and decoding at the keyframe before that.
+
+    Returns:
+        One span per chunk; a single span covering everything when no cut fits.
+    """
+    pts = index.pts
+    origin = pts[0]
+    step = max(1, round(chunk_s / float(index.tb)))
+    starts = [origin]
+    for cut in index.cuts:
+        if cut >= starts[-1] + step and cut <= pts[-1]:
+            starts.append(cut)
+    # a last chunk shorter than half a chunk joins the one before
+    if len(starts) > 1 and pts[-1] - starts[-1] < step // 2:
+        starts.pop()
+    position = {p: i for i, p in enumerate(pts)}
+    warm = round(warmup_s * float(index.rate))
+    spans = []
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else None
+        i0 = position[start]
+        w0 = max(0, (i0 - warm) // max(1, detect_every) * max(1, detect_every)) if k else 0
+        warm_from = pts[w0]
+        seek = max((kf for kf in index.keyframes if kf <= warm_from), default=index.keyframes[0])
+        spans.append(Span(seek=seek, warm_from=warm_from, start=start, end=end, origin=origin,
+                          first_index=w0))
+    return spans
+
+
+def auto_chunk_seconds(items: Sequence[Item], workers: int) -> float:
+    """``--chunk-seconds auto``: no cuts for one worker; else chunks so every worker has about
+    two, within :data:`MIN_CHUNK_S` .. :data:`MAX_CHUNK_S` seconds."""
+    if workers <= 1:
+        return 0.0
+    total = sum(i.seconds for i in items if i.kind == "video")
+    return min(MAX_CHUNK_S, max(MIN_CHUNK_S, total / (2 * workers)))
+
+
+def chunk_dir(item: Item) -> Path:
+    """Where an item's chunk files are kept until the join."""
+    return item.output.parent / CHUNK_DIR / item.output.name
+
+
+def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1) -> list[Unit]:
+    """Units for ``items``: one per image and per short video; a video longer than two chunks
+    (and cuttable) gets one unit per chunk, each writing ``chunk_dir(item)/chunk-NNNN.mp4``.
+
+    Raises:
+        VideoError: (not raised here: an unreadable video stays one whole unit and fails there.)
+    """
+    units: list[Unit] = []
+    for item in items:
+        if item.kind == "image" or chunk_s <= 0 or item.seconds < 2 * chunk_s:
+            units.append(Unit(item, item.output, frames=item.frames))
+            continue
+        try:
+            index = key_index(item.input)
+        except VideoError:
+            index = None
+        spans = chunk_spans(index, chunk_s, detect_every=detect_every) if index else []
+        if len(spans) < 2:
+            units.append(Unit(item, item.output, frames=item.frames))
+            continue
+        assert index is not None
+        folder = chunk_dir(item)
+        for k, span in enumerate(spans):
+            n = sum(1 for p in index.pts if p >= span.start and (span.end is None or p < span.end))
+            units.append(Unit(item, folder / f"chunk-{k:04d}.mp4", span, k, len(spans), n))
+    return units
+
+
+def leftovers(unit: Unit) -> list[Path]:
+    """Files a unit may leave behind when its worker is stopped mid-write: the video part file,
+    an image's temp files, the chunk file itself."""
+    out = unit.output
+    paths = [part_path(out)]
+    if out.parent.is_dir():
+        paths += list(out.parent.glob(f".{glob.escape(out.name)}.*.part"))
+    if unit.span is not None:
+        paths.append(out)
+    return paths
+
+
+__all__ = ["CHUNK_DIR", "WARMUP_S", "Item", "KeyIndex", "Plan", "Unit", "auto_chunk_seconds",
+           "chunk_dir", "chunk_spans", "expand", "key_index", "leftovers", "plan_items",
+           "plan_units"]

@@ -1,0 +1,345 @@
+"""``livefuse batch`` from start to end: plan, pick the workers, dispatch, join chunks, show
+progress, summarise, and clean up on Ctrl-C. No Ray here (the executor has it).
+
+Rules a batch keeps:
+
+* an output is written to a temp name and renamed when complete; an input is never overwritten;
+* an item whose output exists is skipped (a resumed batch) unless ``overwrite``;
+* one bad item (corrupt, no face, unreadable) fails alone: the others go on, and the summary
+  lists each failure with its message;
+* Ctrl-C (or SIGTERM) stops every worker, removes every partial output and chunk, and stops an
+  embedded Ray cluster.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from livefuse.batch.dispatch import Dispatcher, VramReader, WorkerPool
+from livefuse.batch.plan import (
+    CHUNK_DIR,
+    Item,
+    Plan,
+    Unit,
+    auto_chunk_seconds,
+    chunk_dir,
+    leftovers,
+    plan_items,
+    plan_units,
+)
+from livefuse.batch.worker import UnitResult, WorkerStats
+from livefuse.errors import LivefuseError
+from livefuse.extras import install_hint
+from livefuse.io.video import VideoOptions
+
+Executor = str
+"""``auto`` (Ray when installed), ``ray`` or ``local``."""
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """Everything ``livefuse batch`` takes besides the engine.
+
+    Attributes:
+        inputs: files, folders and glob patterns.
+        output_dir: outputs mirror the inputs' names here.
+        recursive: folders' subfolders too (and ``**`` in patterns).
+        overwrite: process items whose output exists (default: skip them).
+        workers: worker count (``None``: Ray picks from the cluster's GPUs or CPUs; 1 without).
+        gpus_per_worker: each worker's GPU share (``None``: 1 when the cluster has GPUs and the
+            engine is neural, else 0).
+        cpus_per_worker: each Ray worker's CPU share.
+        address: join this Ray cluster (``auto`` or ``HOST:PORT``); ``None`` embedded.
+        chunk_seconds: cut long videos into chunks of this length (``None``: automatic; 0: never).
+        video: decoder and encoder.
+        executor: ``auto``, ``ray`` or ``local``.
+    """
+
+    inputs: tuple[str, ...]
+    output_dir: Path
+    recursive: bool = False
+    overwrite: bool = False
+    workers: int | None = None
+    gpus_per_worker: float | None = None
+    cpus_per_worker: float = 1.0
+    address: str | None = None
+    chunk_seconds: float | None = None
+    video: VideoOptions = field(default_factory=VideoOptions)
+    executor: Executor = "auto"
+
+
+@dataclass
+class ItemResult:
+    """One item's outcome: ``done``, ``skipped`` or ``failed``."""
+
+    item: Item
+    status: str
+    message: str = ""
+    frames: int = 0
+    incomplete: str | None = None
+    worker: str = ""
+
+
+@dataclass
+class BatchSummary:
+    """What a batch did."""
+
+    results: list[ItemResult] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+    startup_s: float = 0.0
+    executor: str = ""
+    workers: list[WorkerStats] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    @property
+    def frames(self) -> int:
+        return sum(r.frames for r in self.results if r.status == "done")
+
+    @property
+    def failed(self) -> int:
+        return self.count("failed") + len(self.problems)
+
+    @property
+    def incomplete(self) -> list[ItemResult]:
+        return [r for r in self.results if r.status == "done" and r.incomplete]
+
+    def lines(self) -> list[str]:
+        done, skipped = self.count("done"), self.count("skipped")
+        total = len(self.results) + len(self.problems)
+        fps = self.frames / self.seconds if self.seconds > 0 else 0.0
+        out = [f"items:    {total}: {done} done, {skipped} skipped (output exists), "
+               f"{self.failed} failed",
+               f"frames:   {self.frames} in {self.seconds:.1f} s ({fps:.1f} fps; worker "
+               f"start-up {self.startup_s:.1f} s of it)",
+               f"workers:  {self.executor}"]
+        for w in self.workers:
+            i = w.info
+            gpu = ",".join(i.gpu_ids) or "-"
+            vram = "-" if w.peak_vram_mib is None else f"{w.peak_vram_mib:.0f} MiB"
+            out.append(f"  {i.name}: pid {i.pid} on {i.host}, {w.device}, GPU {gpu}, "
+                       f"CUDA_VISIBLE_DEVICES={i.cuda_visible_devices or '-'}: {w.units} units, "
+                       f"{w.frames} frames, busy {w.busy_s:.1f} s, peak VRAM {vram}")
+        out += [f"note: {n}" for n in self.notes]
+        for r in self.incomplete:
+            out.append(f"ended early: {r.item.input}: {r.incomplete}")
+        for raw, msg in self.problems:
+            out.append(f"failed: {raw}: {msg}")
+        for r in self.results:
+            if r.status == "failed":
+                out.append(f"failed: {r.item.input}: {r.message}")
+        return out
+
+
+class Progress:
+    """One progress display for the whole batch: frames (images count one), items, fps, ETA."""
+
+    def __init__(self, total_frames: int, items: int, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total_frames or None, unit="frame", desc="batch",
+                        disable=not enabled, dynamic_ncols=True, leave=False)
+        self.items, self.done, self.failed, self.frames = items, 0, 0, 0
+
+    def frames_to(self, n: int) -> None:
+        if n > self.frames:
+            self.bar.update(n - self.frames)
+            self.frames = n
+
+    def unit_failed(self, expected: int, written: int) -> None:
+        """A unit wrote fewer frames than planned (it failed): the total shrinks to match."""
+        if self.bar.total is not None and expected > written:
+            self.bar.total -= expected - written
+            self.bar.refresh()
+
+    def item(self, ok: bool) -> None:
+        self.done += 1
+        self.failed += not ok
+        self.bar.set_postfix_str(f"items {self.done}/{self.items}"
+                                 + (f", {self.failed} failed" if self.failed else ""))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool
+              ) -> tuple[WorkerPool, list[str]]:
+    """The worker pool ``opts`` asks for, and notes for the summary.
+
+    Raises:
+        LivefuseError: ``executor='ray'`` or ``--address`` without Ray installed, or Ray refuses.
+    """
+    from livefuse.batch.executor import LocalPool, RayPool, ray_available
+
+    notes: list[str] = []
+    want_ray = opts.executor == "ray" or opts.address is not None
+    if opts.executor == "local" or (not want_ray and not ray_available()):
+        if opts.executor != "local":
+            notes.append('Ray is not installed: items run in this process, one after another; '
+                         f"{install_hint('batch')} adds parallel workers")
+        return LocalPool(factory, opts.video, opts.workers or 1), notes
+    if not ray_available():
+        raise LivefuseError(f"--address and --executor ray need Ray: {install_hint('batch')}")
+    return RayPool(factory, opts.video, opts.workers, opts.gpus_per_worker,
+                   opts.cpus_per_worker, opts.address, neural), notes
+
+
+def _remove(paths: Sequence[Path]) -> None:
+    for p in paths:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def _clean_chunks(items: Sequence[Item]) -> None:
+    """Remove chunk folders of ``items`` (and the shared chunk folder when it is empty)."""
+    for item in items:
+        folder = chunk_dir(item)
+        if folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+        parent = item.output.parent / CHUNK_DIR
+        if parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+
+
+class _Collector:
+    """Turns unit results into item results; joins a chunked video once its chunks are in."""
+
+    def __init__(self, units: Sequence[Unit], progress: Progress,
+                 on_line: Callable[[str], None]) -> None:
+        self.progress, self.on_line = progress, on_line
+        self.expected: dict[Item, int] = {}
+        for u in units:
+            self.expected[u.item] = u.chunks
+        self.chunks: dict[Item, list[UnitResult]] = {}
+        self.results: list[ItemResult] = []
+        self.finished: set[Item] = set()
+
+    def __call__(self, res: UnitResult) -> None:
+        item = res.unit.item
+        if not res.ok:
+            self.progress.unit_failed(res.unit.frames, res.frames)
+        if res.unit.chunks == 1:
+            self._finish(item, res.ok, res.message, res.frames, res.incomplete, res.worker)
+            return
+        got = self.chunks.setdefault(item, [])
+        got.append(res)
+        if len(got) == self.expected[item]:
+            self._join(item, sorted(got, key=lambda r: r.unit.chunk))
+
+    def _join(self, item: Item, parts: list[UnitResult]) -> None:
+        from livefuse.batch.join import join_chunks
+        from livefuse.io.video import incomplete_reason, probe
+
+        failed = next((r for r in parts if not r.ok), None)
+        try:
+            if failed is not None:
+                self._finish(item, False, failed.message, 0, None, failed.worker)
+                return
+            if sum(r.faces_swapped for r in parts) == 0:
+                frames = sum(r.frames for r in parts)
+                self._finish(item, False, f"no face was swapped in any of the {frames} frames "
+                             f"of '{item.input}'; no output was kept", 0, None, "")
+                return
+            frames = join_chunks(item.input, [r.unit.output for r in parts], item.output)
+            info = probe(item.input)
+            early = incomplete_reason(frames, info.frames, None, None, info.rate)
+            self._finish(item, True, "", frames, early, ",".join(sorted({r.worker
+                                                                        for r in parts})))
+        except LivefuseError as exc:
+            self._finish(item, False, str(exc), 0, None, "")
+        finally:
+            _clean_chunks([item])
+
+    def _finish(self, item: Item, ok: bool, message: str, frames: int,
+                incomplete: str | None, worker: str) -> None:
+        self.finished.add(item)
+        self.results.append(ItemResult(item, "done" if ok else "failed", message, frames,
+                                       incomplete, worker))
+        self.progress.item(ok)
+
+
+def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = False,
+              detect_every: int = 1, quiet: bool = False,
+              on_line: Callable[[str], None] = lambda s: None,
+              vram: VramReader | None = None, plan: Plan | None = None) -> BatchSummary:
+    """Run a batch.
+
+    Args:
+        opts: inputs, outputs and workers.
+        factory: builds one worker's engine (picklable for Ray: an
+            :class:`~livefuse.batch.worker.EngineSpec`).
+        neural: the engine is the neural one (GPU workers by default when the cluster has GPUs).
+        detect_every: the engine's detection interval (chunks start their warm-up on its phase).
+        quiet: no progress display.
+        on_line: status lines (the executor chosen, a GPU held back by the VRAM guard).
+        vram: reads a GPU's memory for the admission (tests); by default each worker's own.
+        plan: a plan made earlier (the CLI plans first, to refuse bad paths before any start).
+
+    Raises:
+        LivefuseError: bad paths (two inputs to one output, an output that is an input), Ray
+            asked for but missing, or an engine that cannot be built (no face in the source).
+        KeyboardInterrupt: after every worker was stopped and every partial output removed.
+    """
+    t0 = time.perf_counter()
+    plan = plan or plan_items(opts.inputs, opts.output_dir, opts.recursive, opts.overwrite)
+    summary = BatchSummary(problems=list(plan.problems))
+    summary.results += [ItemResult(i, "skipped") for i in plan.skipped]
+    if not plan.items:
+        summary.notes.append("nothing to do" if not plan.skipped else
+                             "every output exists already (--overwrite processes them again)")
+        return summary
+    pool, notes = make_pool(opts, factory, neural)
+    summary.notes += notes
+    summary.executor = pool.description
+    on_line(f"workers: {pool.description}")
+    for n in notes:
+        on_line(f"note: {n}")
+    units: list[Unit] = []
+    progress: Progress | None = None
+    collector: _Collector | None = None
+    try:
+        pool.prepare()
+        summary.startup_s = time.perf_counter() - t0
+        chunk_s = opts.chunk_seconds if opts.chunk_seconds is not None else \
+            auto_chunk_seconds(plan.items, len(pool.names()))
+        _clean_chunks(plan.items)
+        units = plan_units(plan.items, chunk_s, detect_every)
+        # the longest first: the last unit to finish is a short one
+        units.sort(key=lambda u: -u.frames)
+        progress = Progress(sum(u.frames for u in units), len(plan.items), not quiet)
+        collector = _Collector(units, progress, on_line)
+        dispatcher = Dispatcher(pool, vram=vram, on_status=on_line)
+        bar = progress
+        dispatcher.run(units, collector, lambda: bar.frames_to(pool.frames_done()))
+        summary.workers = pool.stats()
+    except BaseException:
+        if progress is not None:
+            progress.close()
+        try:
+            pool.cancel()
+        finally:
+            pool.close()
+            finished = collector.finished if collector is not None else set()
+            _remove([p for u in units if u.item not in finished for p in leftovers(u)])
+            _clean_chunks([i for i in plan.items if i not in finished])
+        raise
+    progress.close()
+    pool.close()
+    summary.seconds = time.perf_counter() - t0
+    summary.results += collector.results
+    order = {i.input: k for k, i in enumerate([*plan.items, *plan.skipped])}
+    summary.results.sort(key=lambda r: order.get(r.item.input, 0))
+    return summary
+
+
+__all__ = ["BatchOptions", "BatchSummary", "ItemResult", "make_pool", "run_batch"]

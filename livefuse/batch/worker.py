@@ -1,0 +1,249 @@
+"""A batch worker: one unit in, one output file out, with the code ``livefuse run`` uses.
+
+A worker builds its engine once (models loaded, source face prepared) on its first unit and
+keeps it for every unit after: a Ray actor or a worker thread of the in-process pool. Input
+problems (a corrupt file, a target with no face) are results, not exceptions, so one bad item
+never stops the batch. Everything here is picklable (Ray sends units, results and the engine
+spec between processes) and nothing imports Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from livefuse.batch.plan import Unit
+from livefuse.config import CacheConfig, EngineConfig
+from livefuse.errors import LivefuseError
+from livefuse.io.pipeline import Cancelled
+from livefuse.io.video import VideoOptions
+
+if TYPE_CHECKING:  # the engine loads when a worker builds it, not when this module imports
+    from livefuse.engine import Engine
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What a worker needs to build its engine: the settings and the photos, never the models
+    themselves (each worker loads its own). Calling it builds the engine.
+
+    Attributes:
+        config: the engine settings (validated; ``engine`` already resolved from ``auto``).
+        source: the source face photo; source_face_index: which of its faces.
+        reference: the reference photo for ``face_selector='reference'``.
+        cache: pose-similarity cache settings (off by default, as ``run``).
+    """
+
+    config: EngineConfig
+    source: Path
+    source_face_index: int | None = None
+    reference: Path | None = None
+    cache: CacheConfig | None = None
+
+    def __call__(self) -> Engine:
+        from livefuse.engine import Engine
+        from livefuse.imaging import load_image
+
+        engine = Engine(self.config, cache=self.cache)
+        engine.set_source(load_image(self.source), face_index=self.source_face_index)
+        if self.reference is not None:
+            engine.set_reference(load_image(self.reference))
+        return engine
+
+
+@dataclass
+class UnitResult:
+    """What became of one unit.
+
+    Attributes:
+        unit: the unit.
+        ok: its output was written (a chunk: its chunk file).
+        message: why not, one line naming the file and the problem.
+        frames: frames written; faces_found, faces_swapped: as in ``run``'s summary.
+        incomplete: the input ended early (the output holds what was decoded).
+        seconds: wall time on the worker.
+        worker: the worker's name.
+        notes: the run's notes (encoder, decoder, audio).
+    """
+
+    unit: Unit
+    ok: bool
+    message: str = ""
+    frames: int = 0
+    faces_found: int = 0
+    faces_swapped: int = 0
+    incomplete: str | None = None
+    seconds: float = 0.0
+    worker: str = ""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """Where a worker runs.
+
+    Attributes:
+        name: ``w0``, ``w1``...; pid, host: its process and machine.
+        gpu_ids: the GPUs Ray assigned it (empty for CPU workers and the in-process pool).
+        cuda_visible_devices: its ``CUDA_VISIBLE_DEVICES`` (``None`` when unset).
+        node: Ray node id (``local`` in-process).
+    """
+
+    name: str
+    pid: int
+    host: str
+    gpu_ids: tuple[str, ...] = ()
+    cuda_visible_devices: str | None = None
+    node: str = "local"
+
+
+@dataclass
+class WorkerStats:
+    """A worker's totals, read at the end of the batch."""
+
+    info: WorkerInfo
+    units: int = 0
+    frames: int = 0
+    busy_s: float = 0.0
+    peak_vram_mib: float | None = None
+    device: str = "cpu"
+    errors: list[str] = field(default_factory=list)
+
+
+class BatchWorker:
+    """Turns units into output files.
+
+    Args:
+        factory: builds the engine (an :class:`EngineSpec`, or any callable returning an
+            :class:`~livefuse.engine.Engine`: benchmarks inject scripted ones); called once, on
+            the first unit.
+        video: how videos are decoded and encoded.
+        name: shown in the summary and the placement table.
+        gpu_ids: the GPUs this worker was given (Ray fills it in the actor).
+        node: where it runs (Ray's node id).
+        threads: OpenCV threads for this worker (a Ray actor's CPU share); ``None`` leaves it.
+
+    :meth:`run` is called from one thread at a time; :meth:`frames_done`, :meth:`mem_info` and
+    :meth:`stats` may be called from another while it runs.
+    """
+
+    def __init__(self, factory: Callable[[], Any], video: VideoOptions | None = None,
+                 name: str = "w0", gpu_ids: tuple[str, ...] = (), node: str = "local",
+                 threads: int | None = None) -> None:
+        self.factory, self.video = factory, video or VideoOptions()
+        if threads is not None:
+            import cv2
+
+            cv2.setNumThreads(max(1, threads))
+        self.info = WorkerInfo(name, os.getpid(), socket.gethostname(), gpu_ids,
+                               os.environ.get("CUDA_VISIBLE_DEVICES"), node)
+        self._engine: Any = None
+        self._frames = 0
+        self._stats = WorkerStats(self.info)
+        self.cancel = threading.Event()
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            self._engine = self.factory()
+            self._stats.device = str(getattr(self._engine.renderer, "device", "cpu"))
+        return self._engine
+
+    def frames_done(self) -> int:
+        """Frames written so far over every unit (progress; any thread)."""
+        return self._frames
+
+    def where(self) -> WorkerInfo:
+        return self.info
+
+    def device(self) -> str:
+        """The engine's device once built (``cpu``, ``cuda``, ``cuda:0``...), else ``cpu``."""
+        return self._stats.device
+
+    def mem_info(self) -> tuple[int, int] | None:
+        """``(free, total)`` bytes of this worker's GPU (``torch.cuda.mem_get_info``), or ``None``
+        for a CPU worker; the dispatcher's VRAM admission reads it."""
+        device = self._stats.device if self._engine is not None else \
+            ("cuda" if self.info.gpu_ids else "cpu")
+        if not device.startswith("cuda"):
+            return None
+        try:
+            import torch
+
+            if not torch.cuda.is_available():
+                return None
+            free, total = torch.cuda.mem_get_info(torch.device(device))
+        except Exception:  # no driver: nothing to admit against
+            return None
+        return int(free), int(total)
+
+    def stats(self) -> WorkerStats:
+        """Units, frames, busy time and the peak VRAM torch reserved in this process."""
+        import sys
+
+        torch: Any = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available() and \
+                self._stats.device.startswith("cuda"):
+            self._stats.peak_vram_mib = torch.cuda.max_memory_reserved() / 2**20
+        return self._stats
+
+    def run(self, unit: Unit) -> UnitResult:
+        """Write ``unit.output``; never raises for the input's faults.
+
+        Raises:
+            Cancelled: :attr:`cancel` was set while a video ran (its part file is removed).
+        """
+        t0 = time.perf_counter()
+        result = UnitResult(unit, ok=False, worker=self.info.name)
+        try:
+            self._run(unit, result)
+        except (Cancelled, KeyboardInterrupt):
+            raise
+        except LivefuseError as exc:
+            result.message = str(exc)
+        except Exception as exc:  # a bug must cost one item, not the batch; say where it was
+            tb = traceback.extract_tb(exc.__traceback__)[-1]
+            result.message = (f"'{unit.item.input}': internal error: {type(exc).__name__}: "
+                              f"{exc} ({Path(tb.filename).name}:{tb.lineno})")
+        result.seconds = time.perf_counter() - t0
+        self._stats.units += 1
+        self._stats.busy_s += result.seconds
+        self._stats.frames += result.frames
+        if not result.ok:
+            self._stats.errors.append(result.message)
+        return result
+
+    def _run(self, unit: Unit, result: UnitResult) -> None:
+        from livefuse.run import check_output_path, run_image, run_video
+
+        item = unit.item
+        check_output_path(unit.output, {"target": item.input})
+        engine = self.engine
+        if item.kind == "image":
+            unit.output.parent.mkdir(parents=True, exist_ok=True)
+            summary = run_image(engine, item.input, unit.output)
+            self._frames += 1
+        else:
+            base = self._frames
+
+            def count(n: int) -> None:
+                self._frames = base + n
+
+            summary = run_video(engine, item.input, unit.output, progress=False,
+                                video=self.video, span=unit.span, on_frame=count,
+                                cancel=self.cancel)
+            result.incomplete = summary.incomplete
+        result.ok = True
+        result.frames = summary.frames
+        result.faces_found, result.faces_swapped = summary.faces_found, summary.faces_swapped
+        result.notes = summary.notes
+
+
+__all__ = ["BatchWorker", "EngineSpec", "UnitResult", "WorkerInfo", "WorkerStats"]

@@ -1,0 +1,151 @@
+"""``livefuse batch INPUT... --output-dir DIR``: many images and videos, and long videos in
+chunks, across workers (Ray when installed: the ``batch`` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from livefuse.cli_args import (
+    HelpFormatter,
+    add_engine_args,
+    add_source_args,
+    add_video_args,
+    choose_engine,
+    video_options,
+)
+from livefuse.errors import LivefuseError
+from livefuse.extras import install_hint
+
+EXIT_FAILED = 1
+"""``livefuse batch``: at least one item failed (each is listed with its message)."""
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _chunk_seconds(text: str) -> float | None:
+    return None if text == "auto" else _share(text)
+
+
+def _workers_without_gpu(args: argparse.Namespace) -> bool:
+    """Whether the workers will certainly have no GPU: ``--gpus-per-worker 0``, or no CUDA
+    device here for an embedded cluster or the in-process pool (a joined cluster may have
+    GPUs this machine lacks)."""
+    if args.gpus_per_worker == 0:
+        return True
+    if args.address is not None:
+        return False
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return True
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``batch`` subcommand on an ``argparse`` subparsers object."""
+    p = sub.add_parser(
+        "batch", help="swap a face into many images and videos (folders, globs) in parallel",
+        description="Swap the source face into every image and video given (files, folders, "
+                    "glob patterns), writing each output under --output-dir with the input's "
+                    "name. Outputs that exist are skipped (resume) unless --overwrite; one bad "
+                    "item does not stop the others. Long videos are cut at keyframes, processed "
+                    "in parallel and joined exactly (every frame, timestamp and audio packet). "
+                    "Runs on Ray workers when Ray is installed (the batch extra: "
+                    f"{install_hint('batch')}), else in this process.",
+        formatter_class=HelpFormatter)
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="image or video files, folders, or glob patterns (quote them)")
+    p.add_argument("--output-dir", "-o", type=Path, required=True, help="where outputs go")
+    p.add_argument("--source", "-s", type=Path, required=True, help="photo of the source face")
+    p.add_argument("--recursive", "-r", action="store_true",
+                   help="also the subfolders of folders (and ** in patterns)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="process items whose output exists (default: skip them)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.add_argument("--workers", type=int, default=None,
+                   help="parallel workers, each with its own engine (default: Ray: as many as "
+                        "the GPUs, or CPUs, allow at the given share; without Ray: 1)")
+    p.add_argument("--gpus-per-worker", type=_share, default=None, metavar="F",
+                   help="GPU share of each Ray worker, e.g. 0.25 for four engines (and four "
+                        "encoders) on one GPU (default: 1 for the neural engine when the "
+                        "cluster has GPUs, else 0: CPU workers)")
+    p.add_argument("--cpus-per-worker", type=_share, default=1.0, metavar="F",
+                   help="CPU share of each Ray worker (default: %(default)s)")
+    p.add_argument("--address", default=None,
+                   help="join a running Ray cluster (auto or HOST:PORT) instead of starting "
+                        "an embedded one for this command")
+    p.add_argument("--chunk-seconds", type=_chunk_seconds, default=None, metavar="S",
+                   help="cut videos longer than two chunks into chunks of about S seconds at "
+                        "keyframes; 0 never cuts (default: auto: none with one worker, else "
+                        "so each worker gets about two, 10..120 s)")
+    p.add_argument("--executor", choices=("auto", "ray", "local"), default="auto",
+                   help="auto: Ray when installed, else this process; local: worker threads "
+                        "in this process (default: %(default)s)")
+    add_engine_args(p)
+    add_source_args(p)
+    add_video_args(p)
+    p.set_defaults(func=run_batch_cli)
+
+
+def run_batch_cli(args: argparse.Namespace) -> int:
+    """Run ``livefuse batch``; the exit status is 0, :data:`EXIT_FAILED` when any item failed,
+    or :data:`livefuse.run.EXIT_INCOMPLETE` when none failed but an input ended early.
+
+    Raises:
+        LivefuseError: bad paths or options, an unreadable source photo, or an engine that
+            cannot be built (exit 2, nothing written).
+    """
+    from livefuse.batch.plan import plan_items
+    from livefuse.batch.runner import BatchOptions, run_batch
+    from livefuse.batch.worker import EngineSpec
+    from livefuse.imaging import load_image
+    from livefuse.run import EXIT_INCOMPLETE
+
+    if args.workers is not None and args.workers < 1:
+        raise LivefuseError(f"--workers {args.workers}: must be >= 1")
+    video = video_options(args)
+    if args.engine == "auto" and _workers_without_gpu(args):
+        from livefuse.models.engine_choice import neural_models_present
+
+        if neural_models_present(args.models_dir):
+            print("engine: classic (the batch workers have no GPU; --engine neural runs the "
+                  "neural models on the CPU)", file=sys.stderr)
+            args.engine = "classic"
+    config = choose_engine(args)
+    load_image(args.source)  # an unreadable photo is one error now, not one per item
+    if args.reference is not None:
+        load_image(args.reference)
+    plan = plan_items(args.inputs, args.output_dir, args.recursive, args.overwrite,
+                      other_inputs={"source": args.source, "reference": args.reference})
+    opts = BatchOptions(tuple(args.inputs), args.output_dir, args.recursive, args.overwrite,
+                        args.workers, args.gpus_per_worker, args.cpus_per_worker, args.address,
+                        args.chunk_seconds, video, args.executor)
+    spec = EngineSpec(config, args.source.resolve(), args.source_face_index,
+                      None if args.reference is None else args.reference.resolve())
+
+    def say(line: str) -> None:
+        print(f"[batch] {line}", file=sys.stderr, flush=True)
+
+    summary = run_batch(opts, spec, neural=config.engine == "neural",
+                        detect_every=config.detect_every, quiet=args.quiet, on_line=say,
+                        plan=plan)
+    print("\n".join(summary.lines()))
+    if summary.failed:
+        return EXIT_FAILED
+    return EXIT_INCOMPLETE if summary.incomplete else 0
+
+
+__all__ = ["EXIT_FAILED", "add_parser", "run_batch_cli"]

@@ -1,0 +1,326 @@
+"""``livefuse batch`` without Ray: the planner's rules, the dispatcher's VRAM admission (with a
+fake pool and an injected VRAM reader), and whole batches on the in-process pool (issue 16).
+The Ray executor's own tests are in test_batch_ray.py."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+
+import pytest
+from clips import ntsc_clip
+
+from livefuse.batch.dispatch import Dispatcher, GpuKey, WorkerLost
+from livefuse.batch.plan import CHUNK_DIR, Item, Unit, expand, plan_items
+from livefuse.batch.runner import BatchOptions, run_batch
+from livefuse.batch.worker import UnitResult, WorkerStats
+from livefuse.errors import LivefuseError
+from livefuse.testing.stub_engine import marking_engine, slow_marking_engine
+
+GiB = 2**30
+
+
+def _touch(path: Path, data: bytes = b"x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+# ------------------------------------------------------------------------------------ planner
+
+def test_inputs_expand_files_folders_and_globs(tmp_path: Path) -> None:
+    _touch(tmp_path / "a" / "one.jpg")
+    _touch(tmp_path / "a" / "two.mp4")
+    _touch(tmp_path / "a" / "notes.txt")
+    _touch(tmp_path / "a" / "sub" / "three.png")
+    _touch(tmp_path / "b" / "four.webm")
+    found, problems = expand([str(tmp_path / "a"), str(tmp_path / "b" / "*.webm"),
+                              str(tmp_path / "nope.jpg"), str(tmp_path / "a" / "notes.txt"),
+                              str(tmp_path / "none*.png")])
+    assert [str(rel) for _, rel in found] == ["one.jpg", "two.mp4", "four.webm"]
+    assert [p[1] for p in problems] == ["file not found", problems[1][1],
+                                        "no image or video matches this pattern"]
+    assert "unknown file type '.txt'" in problems[1][1]
+    found, _ = expand([str(tmp_path / "a")], recursive=True)
+    assert [str(rel) for _, rel in found] == ["one.jpg", "sub/three.png", "two.mp4"]
+
+
+def test_outputs_mirror_names_and_resume_skips_existing(tmp_path: Path) -> None:
+    src = tmp_path / "in"
+    _touch(src / "x.jpg")
+    _touch(src / "deep" / "y.png")
+    _touch(src / "clip.webm")  # planned by its name; probed later
+    out = tmp_path / "out"
+    _touch(out / "x.jpg")  # done in an earlier run
+    plan = plan_items([str(src)], out, recursive=True)
+    assert [i.output.relative_to(out).as_posix() for i in plan.items] == \
+        ["clip.mkv", "deep/y.png"]  # .webm is written as .mkv
+    assert [i.output.name for i in plan.skipped] == ["x.jpg"]
+    again = plan_items([str(src)], out, recursive=True, overwrite=True)
+    assert len(again.items) == 3 and not again.skipped
+
+
+def test_an_output_folder_inside_an_input_folder_is_not_read_as_input(tmp_path: Path) -> None:
+    _touch(tmp_path / "in" / "x.jpg")
+    _touch(tmp_path / "in" / "out" / "x.jpg")  # an earlier run's output
+    plan = plan_items([str(tmp_path / "in")], tmp_path / "in" / "out", recursive=True)
+    assert [i.input.name for i in plan.skipped] == ["x.jpg"] and plan.items == []
+    assert plan.skipped[0].input == tmp_path / "in" / "x.jpg"
+
+
+def test_an_output_that_is_an_input_or_a_clash_is_refused(tmp_path: Path) -> None:
+    _touch(tmp_path / "a" / "x.jpg")
+    _touch(tmp_path / "b" / "x.jpg")
+    with pytest.raises(LivefuseError, match="inputs are never overwritten"):
+        plan_items([str(tmp_path / "a")], tmp_path / "a")
+    with pytest.raises(LivefuseError, match="would both be written"):
+        plan_items([str(tmp_path / "a" / "x.jpg"), str(tmp_path / "b" / "x.jpg")],
+                   tmp_path / "out")
+    with pytest.raises(LivefuseError, match="is the source itself"):
+        plan_items([str(tmp_path / "a")], tmp_path / "b",
+                   other_inputs={"source": tmp_path / "b" / "x.jpg"})
+
+
+# ---------------------------------------------------------------------------------- dispatcher
+
+class FakePool:
+    """Workers that finish a unit after ``seconds`` on a thread; GPUs given per worker."""
+
+    description = "fake"
+
+    def __init__(self, gpus: dict[str, GpuKey | None], seconds: float = 0.02,
+                 dies: str | None = None) -> None:
+        self.gpus, self.seconds, self.dies = gpus, seconds, dies
+        self.done: dict[Hashable, tuple[str, Unit]] = {}
+        self.ran: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._n = 0
+
+    def names(self) -> list[str]:
+        return list(self.gpus)
+
+    def prepare(self) -> None:
+        pass
+
+    def submit(self, worker: str, unit: Unit) -> Hashable:
+        with self._lock:
+            self._n += 1
+            handle = (worker, self._n)
+        ev = threading.Event()
+
+        def work() -> None:
+            time.sleep(self.seconds)
+            with self._lock:
+                self.done[handle] = (worker, unit)
+            ev.set()
+
+        threading.Thread(target=work, daemon=True).start()
+        return handle
+
+    def wait(self, handles: Sequence[Hashable], timeout: float) -> list[Hashable]:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self._lock:
+                ready = [h for h in handles if h in self.done]
+            if ready:
+                return ready
+            time.sleep(0.005)
+        return []
+
+    def result(self, handle: Hashable) -> UnitResult:
+        worker, unit = self.done.pop(handle)
+        if worker == self.dies:
+            raise WorkerLost("killed")
+        self.ran.append((worker, unit.item.input.name))
+        return UnitResult(unit, ok=True, worker=worker, frames=1)
+
+    def gpu(self, worker: str) -> GpuKey | None:
+        return self.gpus[worker]
+
+    def mem_info(self, worker: str) -> tuple[int, int] | None:
+        return None
+
+    def frames_done(self) -> int:
+        return len(self.ran)
+
+    def stats(self) -> list[WorkerStats]:
+        return []
+
+    def cancel(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _units(n: int) -> list[Unit]:
+    return [Unit(Item(Path(f"in/{k}.jpg"), Path(f"out/{k}.jpg"), "image"), Path(f"out/{k}.jpg"))
+            for k in range(n)]
+
+
+TWO_GPUS: dict[str, GpuKey | None] = {"w0": ("n", "0"), "w1": ("n", "0"), "w2": ("n", "1"),
+                                      "w3": ("n", "1")}
+
+
+def test_admission_sends_no_work_to_a_gpu_above_85_percent() -> None:
+    pool = FakePool(TWO_GPUS)
+    reads: list[GpuKey] = []
+
+    def vram(gpu: GpuKey, worker: str) -> tuple[int, int]:
+        reads.append(gpu)
+        used = 0.90 if gpu == ("n", "1") else 0.40  # another program filled GPU 1
+        return int((1 - used) * 80 * GiB), 80 * GiB
+
+    lines: list[str] = []
+    results: list[UnitResult] = []
+    Dispatcher(pool, vram=vram, on_status=lines.append).run(_units(12), results.append)
+    assert len(results) == 12 and all(r.ok for r in results)
+    assert {w for w, _ in pool.ran} == {"w0", "w1"}  # both workers of GPU 0, none of GPU 1
+    assert ("n", "1") in reads
+    assert len(lines) == 1 and "GPU 1" in lines[0] and "90% of 80.0 GiB" in lines[0]
+    assert "no new work for it until it frees" in lines[0]
+
+
+def test_admission_resumes_when_the_gpu_frees() -> None:
+    pool = FakePool({"w0": ("n", "0")})
+    calls = {"n": 0}
+
+    def vram(gpu: GpuKey, worker: str) -> tuple[int, int]:
+        calls["n"] += 1
+        used = 0.95 if calls["n"] <= 3 else 0.10
+        return int((1 - used) * 8 * GiB), 8 * GiB
+
+    lines: list[str] = []
+    results: list[UnitResult] = []
+    Dispatcher(pool, vram=vram, on_status=lines.append, poll_s=0.01).run(_units(3),
+                                                                          results.append)
+    assert all(r.ok for r in results) and len(results) == 3
+    assert "memory back under 85%" in lines[-1]
+
+
+def test_every_gpu_full_fails_the_rest_after_the_timeout() -> None:
+    pool = FakePool(TWO_GPUS)
+
+    def vram(gpu: GpuKey, worker: str) -> tuple[int, int]:
+        return 1 * GiB, 80 * GiB
+
+    results: list[UnitResult] = []
+    Dispatcher(pool, vram=vram, poll_s=0.01, admission_timeout_s=0.2).run(_units(3),
+                                                                          results.append)
+    assert [r.ok for r in results] == [False] * 3
+    assert "above the 85% limit" in results[0].message and "for 0 s" in results[0].message
+
+
+def test_a_dead_worker_costs_its_unit_only() -> None:
+    pool = FakePool({"w0": None, "w1": None}, dies="w1")
+    results: list[UnitResult] = []
+    Dispatcher(pool).run(_units(6), results.append)
+    failed = [r for r in results if not r.ok]
+    assert len(failed) == 1 and "worker w1 died: killed" in failed[0].message
+    assert sum(r.ok for r in results) == 5  # w0 ran the rest
+
+
+# ------------------------------------------------------------------------------ whole batches
+
+@pytest.fixture
+def mixed(tmp_path: Path, t1_path: Path) -> Path:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(t1_path, folder / "a.jpg")
+    ntsc_clip(folder / "b.mp4", frames=60, audio_tracks=1)
+    (folder / "c.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"garbage" * 50)
+    _touch(folder / "d.png", b"not a png")
+    return folder
+
+
+def _opts(src: Path, out: Path, **kw: object) -> BatchOptions:
+    return BatchOptions((str(src),), out, executor="local", **kw)  # type: ignore[arg-type]
+
+
+def test_one_bad_item_fails_alone_and_resume_skips_what_is_done(
+        mixed: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = run_batch(_opts(mixed, out), marking_engine, quiet=True)
+    status = {r.item.input.name: r.status for r in summary.results}
+    assert status == {"a.jpg": "done", "b.mp4": "done", "c.mp4": "failed", "d.png": "failed"}
+    assert summary.failed == 2 and summary.frames == 61
+    text = "\n".join(summary.lines())
+    assert "failed: " + str(mixed / "c.mp4") in text and "damaged or incomplete" in text
+    assert "cannot read image" in text
+    assert sorted(p.name for p in out.iterdir()) == ["a.jpg", "b.mp4"]
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    again = run_batch(_opts(mixed, out), marking_engine, quiet=True)
+    assert {r.item.input.name: r.status for r in again.results} == {
+        "a.jpg": "skipped", "b.mp4": "skipped", "c.mp4": "failed", "d.png": "failed"}
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+def test_without_ray_the_batch_runs_in_process_and_says_what_the_extra_adds(
+        mixed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("livefuse.batch.executor.ray_available", lambda: False)
+    opts = BatchOptions((str(mixed / "a.jpg"), str(mixed / "b.mp4")), tmp_path / "out",
+                        chunk_seconds=0.5)
+    lines: list[str] = []
+    summary = run_batch(opts, marking_engine, quiet=True, on_line=lines.append)
+    assert summary.count("done") == 2
+    assert summary.executor == "in-process: 1 worker thread (no Ray)"
+    assert any('pip install ".[batch]" adds parallel workers' in ln for ln in lines)
+
+
+def test_in_process_workers_cut_a_long_video_and_join_it_exactly(
+        tmp_path: Path) -> None:
+    from clips import audio_packets, frame_times
+
+    src = ntsc_clip(tmp_path / "long.mp4", frames=150, audio_tracks=2, gop=15)
+    out = tmp_path / "out"
+    opts = BatchOptions((str(src),), out, executor="local", workers=2, chunk_seconds=1.0)
+    summary = run_batch(opts, marking_engine, quiet=True)
+    assert summary.count("done") == 1, summary.lines()
+    assert frame_times(out / "long.mp4") == frame_times(src)
+    assert audio_packets(out / "long.mp4") == audio_packets(src)
+    assert not (out / CHUNK_DIR).exists()
+    assert sum(w.units for w in summary.workers) >= 4  # chunks spread over both workers
+    assert all(w.units > 0 for w in summary.workers)
+
+
+def test_ctrl_c_stops_the_workers_and_removes_partial_outputs(tmp_path: Path) -> None:
+    src = ntsc_clip(tmp_path / "long.mp4", frames=240, gop=15)
+    ntsc_clip(tmp_path / "other.mp4", frames=120, gop=15)
+    out = tmp_path / "out"
+    opts = BatchOptions((str(src), str(tmp_path / "other.mp4")), out, executor="local",
+                        workers=2, chunk_seconds=1.0)
+    main_id = threading.main_thread().ident
+    assert main_id is not None
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not list(out.rglob("*livefuse-part*")):
+            time.sleep(0.01)
+        time.sleep(0.2)
+        signal.pthread_kill(main_id, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(opts, slow_marking_engine, quiet=True)
+    assert not out.exists() or list(out.rglob("*")) == []
+    assert [t.name for t in threading.enumerate() if t.name.startswith("livefuse-")] == []
+
+
+def test_workers_without_a_gpu_run_the_classic_engine(
+        tmp_path: Path, t1_path: Path, astronaut_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--engine auto`` with the neural models installed but no GPU for the workers: the
+    classic engine, said once (the neural models would run on the CPU at ~1 fps)."""
+    from livefuse.cli import main
+
+    monkeypatch.setattr("livefuse.models.engine_choice.neural_models_present", lambda d: True)
+    out = tmp_path / "out"
+    assert main(["batch", str(t1_path), "-o", str(out), "-s", str(astronaut_path), "-q",
+                 "--executor", "local"]) == 0
+    err = capsys.readouterr().err
+    assert "engine: classic (the batch workers have no GPU" in err
+    assert (out / "t1.jpg").exists()

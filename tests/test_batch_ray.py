@@ -1,0 +1,187 @@
+"""``livefuse batch`` on Ray (issues 16, 20): one embedded Ray instance shared by these tests
+(num_cpus=2, a fake node with two GPUs, a small object store), stopped at the end with none of its
+processes left. Skipped when Ray is not installed (``pip install ".[batch]"``; the test extra
+has it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from clips import audio_packets, face_clip, frame_times
+
+from livefuse.batch.dispatch import Dispatcher, GpuKey
+from livefuse.batch.plan import CHUNK_DIR, Item, Unit
+from livefuse.batch.worker import EngineSpec, UnitResult
+from livefuse.config import EngineConfig
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                reason="Ray is not installed")
+
+GiB = 2**30
+
+
+def _session_processes(session: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(session in part for part in (p.info["cmdline"] or [])):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def _wait_gone(session: str, timeout: float = 20.0) -> list[psutil.Process]:
+    end = time.monotonic() + timeout
+    left = _session_processes(session)
+    while left and time.monotonic() < end:
+        time.sleep(0.2)
+        left = _session_processes(session)
+    return left
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[str]:
+    """The shared embedded cluster: 2 CPUs, 2 fake GPUs, an 80 MiB object store."""
+    from livefuse.batch.executor import start_ray, stop_ray
+
+    assert start_ray(None, num_cpus=2, num_gpus=2, object_store_bytes=80 * 2**20)
+    import ray
+
+    session = Path(ray._private.worker._global_node.get_session_dir_path()).name
+    try:
+        yield session
+    finally:
+        stop_ray()
+        assert _wait_gone(session) == [], "Ray processes left after the tests"
+
+
+@pytest.fixture(scope="module")
+def face_video(tmp_path_factory: pytest.TempPathFactory, t1_path: Path, analyser) -> Path:  # type: ignore[no-untyped-def]
+    from livefuse.imaging import load_image
+
+    photo = load_image(t1_path).bgr
+    face = max(analyser.detect(photo), key=lambda f: f.area)
+    return face_clip(tmp_path_factory.mktemp("v") / "talk.mp4", photo, face.bbox, 96, gop=15,
+                     audio_tracks=1)
+
+
+def test_classic_workers_on_ray_cut_join_fail_alone_and_resume(
+        ray_cluster: str, tmp_path: Path, face_video: Path, t1_path: Path,
+        astronaut_path: Path) -> None:
+    from livefuse.batch.runner import BatchOptions, run_batch
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(face_video, folder / "talk.mp4")
+    shutil.copy(t1_path, folder / "group.jpg")
+    (folder / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"garbage" * 50)
+    out = tmp_path / "out"
+    spec = EngineSpec(EngineConfig(engine="classic", detect_every=3), astronaut_path)
+    opts = BatchOptions((str(folder),), out, workers=2, chunk_seconds=1.0, executor="ray")
+    summary = run_batch(opts, spec, quiet=True, detect_every=3)
+    status = {r.item.input.name: r.status for r in summary.results}
+    assert status == {"broken.mp4": "failed", "group.jpg": "done", "talk.mp4": "done"}
+    assert summary.executor.startswith("Ray (the cluster this process had joined): 2 workers")
+    # the video was cut into chunks, spread over both actors, and joined exactly
+    assert all(w.units >= 1 for w in summary.workers) and len(summary.workers) == 2
+    assert len({w.info.pid for w in summary.workers}) == 2
+    assert frame_times(out / "talk.mp4") == frame_times(face_video)
+    assert audio_packets(out / "talk.mp4") == audio_packets(face_video)
+    assert not (out / CHUNK_DIR).exists()
+    # resume: what is done is skipped, the broken file fails again, alone
+    again = run_batch(opts, spec, quiet=True, detect_every=3)
+    assert {r.item.input.name: r.status for r in again.results} == {
+        "broken.mp4": "failed", "group.jpg": "skipped", "talk.mp4": "skipped"}
+
+
+def test_fractional_gpus_place_two_workers_per_gpu_and_admission_holds_back_a_full_one(
+        ray_cluster: str, tmp_path: Path, t1_path: Path) -> None:
+    from livefuse.batch.executor import RayPool
+    from livefuse.testing.stub_engine import marking_engine
+
+    pool = RayPool(marking_engine, workers=4, gpus_per_worker=0.5, cpus_per_worker=0.25)
+    try:
+        placement = {n: pool.info[n].cuda_visible_devices for n in pool.names()}
+        assert sorted(placement.values()) == ["0", "0", "1", "1"]  # Ray's own assignment
+        assert {n: pool.gpu(n)[1] for n in pool.names()} == placement  # type: ignore[index]
+        full = next(iter(pool.info.values())).node, "1"
+
+        def vram(gpu: GpuKey, worker: str) -> tuple[int, int]:
+            used = 0.9 if gpu == full else 0.3  # another program holds GPU 1
+            return int((1 - used) * 16 * GiB), 16 * GiB
+
+        units = [Unit(Item(t1_path, tmp_path / f"{k}.jpg", "image"), tmp_path / f"{k}.jpg")
+                 for k in range(8)]
+        lines: list[str] = []
+        results: list[UnitResult] = []
+        Dispatcher(pool, vram=vram, on_status=lines.append).run(units, results.append)
+        assert all(r.ok for r in results) and len(results) == 8
+        on_gpu0 = {n for n, dev in placement.items() if dev == "0"}
+        assert {r.worker for r in results} <= on_gpu0
+        assert any("GPU 1" in ln and "above the 85% limit" in ln for ln in lines)
+    finally:
+        pool.close()
+
+
+def test_address_joins_a_running_cluster_and_leaves_it_running(
+        ray_cluster: str, tmp_path: Path, t1_path: Path, astronaut_path: Path) -> None:
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    proc = subprocess.run(
+        [sys.executable, "-m", "livefuse", "batch", str(t1_path), "-o", str(tmp_path / "out"),
+         "-s", str(astronaut_path), "-q", "--address", address, "--workers", "1",
+         "--engine", "classic"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"Ray (cluster at {address}): 1 worker" in proc.stdout
+    assert (tmp_path / "out" / "t1.jpg").exists()
+    assert ray.cluster_resources().get("CPU") == 2  # the shared cluster is still up
+    assert _session_processes(ray_cluster)
+
+
+def _ray_sessions() -> set[str]:
+    root = Path("/tmp/ray")
+    return {p.name for p in root.glob("session_2*")} if root.is_dir() else set()
+
+
+@pytest.mark.parametrize("sig, code, chunks", [(signal.SIGINT, 130, "0"),
+                                               (signal.SIGTERM, 143, "1")])
+def test_ctrl_c_cancels_every_task_cleans_up_and_leaves_no_ray_process(
+        ray_cluster: str, tmp_path: Path, face_video: Path, astronaut_path: Path,
+        sig: signal.Signals, code: int, chunks: str) -> None:
+    """Ctrl-C (SIGINT) with whole videos, whose part files sit beside their outputs, and SIGTERM
+    with chunked ones, whose parts sit in the chunk folder."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for k in range(3):
+        shutil.copy(face_video, folder / f"v{k}.mp4")
+    out = tmp_path / "out"
+    before = _ray_sessions()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "livefuse", "batch", str(folder), "-o", str(out), "-s",
+         str(astronaut_path), "--executor", "ray", "--workers", "2", "--chunk-seconds", chunks,
+         "--engine", "classic"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None and \
+            not list(out.rglob("*livefuse-part*")):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    assert list(out.rglob("*livefuse-part*")), "the batch never started writing"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert list(out.rglob("*")) == [] if out.exists() else True  # no part, chunk or output
+    new = _ray_sessions() - before
+    assert len(new) == 1, new  # the command's own embedded cluster
+    assert _wait_gone(new.pop()) == []

@@ -1,0 +1,289 @@
+"""The pipelined video path (issues 15, 16, 17): decode, stage, process, convert and encode on
+their own threads write the bytes the serial loop writes; errors, Ctrl-C and SIGTERM stop every
+thread and leave no part file; a truncated input keeps its frames and says so; every frame is
+smoothed by its own timestamp; encoders and NVDEC are chosen by opening them."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from clips import frame_times, ntsc_clip, vfr_clip, write_clip
+
+from livefuse.cli import main
+from livefuse.io.codecs import choose_encoder, encoder_lines, nvdec_line, open_video
+from livefuse.io.pipeline import Passthrough, Stage, run_chain
+from livefuse.io.video import VideoOptions, read_frames, transcode
+from livefuse.run import EXIT_INCOMPLETE, EngineProcessor, RunSummary, run_video
+from livefuse.testing.stub_engine import MarkingEngine
+
+SERIAL = VideoOptions(pipelined=False)
+PIPELINED = VideoOptions(pipelined=True, depth=2)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha1(path.read_bytes()).hexdigest()
+
+
+def _packets(path: Path) -> list[tuple[int, int | None, int | None, bytes]]:
+    """Every packet of every stream: what a file holds, without the container's own IDs
+    (Matroska writes a random segment UID into each file)."""
+    with av.open(str(path)) as c:
+        return [(p.stream.index, p.pts, p.dts, bytes(p)) for p in c.demux() if p.size]
+
+
+def _video_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("livefuse-video")]
+
+
+def _parts(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if "livefuse-part" in p.name]
+
+
+_THREADS: set[str] = set()
+
+
+def _busy(frame: np.ndarray, index: int) -> np.ndarray:
+    # something each frame's bytes depend on, with a little work so the threads interleave
+    _THREADS.add(threading.current_thread().name)
+    out = np.ascontiguousarray(frame[:, ::-1])
+    out[: 8 + index % 8, :] = (index * 11) % 256
+    return out
+
+
+def test_run_chain_keeps_order_and_passthrough_place() -> None:
+    items = [Passthrough(-1), *range(50), Passthrough(-2), *range(50, 60)]
+    got: list[object] = []
+    stages = [Stage("a", lambda x: x * 2, 1), Stage("b", lambda x: x + 1, 3)]
+    run_chain(iter(items), stages, got.append, threaded=True)
+    serial: list[object] = []
+    run_chain(iter(items), stages, serial.append, threaded=False)
+    assert got == serial
+    assert got[0] == Passthrough(-1) and got[51] == Passthrough(-2) and got[1:4] == [1, 3, 5]
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
+def test_pipelined_writes_the_serial_bytes(tmp_path: Path, suffix: str) -> None:
+    src = ntsc_clip(tmp_path / f"in{suffix}", frames=90, audio_tracks=2, size=(128, 96))
+    a, b = tmp_path / f"serial{suffix}", tmp_path / f"piped{suffix}"
+    _THREADS.clear()
+    transcode(src, a, _busy, options=SERIAL)
+    assert {"MainThread"} == _THREADS
+    _THREADS.clear()
+    result = transcode(src, b, _busy, options=PIPELINED)
+    assert {"livefuse-video-process"} == _THREADS  # the engine's own thread, not the caller's
+    # frames, timestamps, audio interleave: all the same
+    assert _packets(a) == _packets(b)
+    if suffix == ".mp4":
+        assert _sha(a) == _sha(b)
+    assert result.frames == 90 and set(result.stats.busy_s) >= {"source", "process", "sink"}
+    assert _video_threads() == []
+
+
+def test_pipelined_run_with_the_classic_engine_equals_serial(
+        tmp_path: Path, astronaut_path: Path, face_clip: Path) -> None:
+    from livefuse.config import EngineConfig
+    from livefuse.engine import Engine
+    from livefuse.imaging import load_image
+
+    outs = []
+    for name, video in (("serial", SERIAL), ("piped", PIPELINED)):
+        engine = Engine(EngineConfig(detect_every=2))
+        engine.set_source(load_image(astronaut_path))
+        out = tmp_path / f"{name}.mp4"
+        summary = run_video(engine, face_clip, out, progress=False, video=video)
+        assert summary.faces_swapped > 0
+        outs.append((out, summary.faces_swapped))
+    assert _sha(outs[0][0]) == _sha(outs[1][0])
+    assert outs[0][1] == outs[1][1]
+
+
+def test_an_error_in_a_stage_stops_every_thread_and_leaves_no_part(tmp_path: Path) -> None:
+    src = ntsc_clip(tmp_path / "in.mp4", frames=60)
+
+    def fail(frame: np.ndarray, index: int) -> np.ndarray:
+        if index == 20:
+            raise RuntimeError("stage broke at frame 20")
+        return frame
+
+    with pytest.raises(RuntimeError, match="frame 20"):
+        transcode(src, tmp_path / "out.mp4", fail, options=PIPELINED)
+    assert _parts(tmp_path) == [] and not (tmp_path / "out.mp4").exists()
+    assert _video_threads() == []
+
+
+def test_ctrl_c_stops_every_thread_and_leaves_no_part(tmp_path: Path) -> None:
+    src = ntsc_clip(tmp_path / "in.mp4", frames=200)
+    seen = threading.Event()
+
+    def slow(frame: np.ndarray, index: int) -> np.ndarray:
+        if index == 10:
+            seen.set()
+        time.sleep(0.02)
+        return frame
+
+    main_id = threading.main_thread().ident
+    assert main_id is not None
+
+    def interrupt() -> None:
+        seen.wait(10)
+        signal.pthread_kill(main_id, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        transcode(src, tmp_path / "out.mp4", slow, options=PIPELINED)
+    assert _parts(tmp_path) == [] and not (tmp_path / "out.mp4").exists()
+    assert _video_threads() == []
+
+
+def test_sigterm_during_run_removes_the_part_and_exits_143(
+        tmp_path: Path, astronaut_path: Path, face_clip_long: Path) -> None:
+    out = tmp_path / "out.mp4"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "livefuse", "run", "-q", "-s", str(astronaut_path), "-t",
+         str(face_clip_long), "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    deadline = time.monotonic() + 120
+    while not _parts(tmp_path) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert _parts(tmp_path), "the run never started writing"
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    lines = [ln for ln in err.splitlines() if ln.startswith("livefuse:")]
+    assert lines == ["livefuse: terminated (SIGTERM); no partial output was kept"]
+    assert "Traceback" not in err
+    assert _parts(tmp_path) == [] and not out.exists()
+
+
+def _faststart_clip(path: Path, frames: int) -> Path:
+    """Incompressible frames (so a cut loses frames, not padding), the index at the front."""
+    rng = np.random.default_rng(0)
+    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(frames)]
+    return write_clip(path, list(range(frames)), Fraction(1, 30), Fraction(30), audio_tracks=0,
+                      pictures=noise, options={"movflags": "faststart"})
+
+
+def test_a_truncated_video_keeps_its_frames_says_so_and_exits_3(
+        tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clip = _faststart_clip(tmp_path / "cut.mp4", 150)
+    data = clip.read_bytes()
+    clip.write_bytes(data[: int(len(data) * 0.4)])  # the index (moov) is at the front
+    out = tmp_path / "out.mp4"
+    monkeypatch.setattr("livefuse.engine.Engine", lambda *a, **k: _Sourced())
+    assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(clip), "-o",
+                 str(out)]) == EXIT_INCOMPLETE
+    captured = capsys.readouterr()
+    kept = len(read_frames(out))
+    assert 30 < kept < 150
+    assert f"input ended early: {kept} of 150 frames" in captured.out
+    assert f"warning: input ended early: {kept} of 150 frames" in captured.err
+    assert _parts(tmp_path) == []
+
+
+def test_a_file_cut_before_its_index_is_a_plain_sentence(
+        tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clip = ntsc_clip(tmp_path / "cut.mp4", frames=60)  # moov at the end
+    clip.write_bytes(clip.read_bytes()[:3000])
+    assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(clip), "-o",
+                 str(tmp_path / "o.mp4")]) == 2
+    err = capsys.readouterr().err
+    assert "cut.mp4" in err and "damaged or incomplete" in err
+    assert "Errno" not in err and "1094995529" not in err
+
+
+class _Sourced(MarkingEngine):
+    """A MarkingEngine the CLI can set a source on."""
+
+    source_notes: tuple[str, ...] = ()
+
+    def set_source(self, *a: object, **k: object) -> None:
+        pass
+
+
+def test_each_frame_is_smoothed_by_its_own_timestamp(tmp_path: Path) -> None:
+    src = vfr_clip(tmp_path / "vfr.mkv", frames=40)
+    engine = MarkingEngine()
+    summary = RunSummary(target=src, output=tmp_path / "o.mkv")
+    transcode(src, tmp_path / "o.mkv", processor=EngineProcessor(engine, summary))  # type: ignore[arg-type]
+    times = frame_times(src)
+    want = [round(float(t - times[0]) * 1e9) for t in times]
+    assert engine.times_ns == want  # the pts, stall included; not index / nominal rate
+    assert engine.times_ns[21] - engine.times_ns[20] == 300_000_000
+
+
+def test_auto_encoder_is_the_one_that_opens() -> None:
+    choice = choose_encoder("auto")
+    assert choice.name == "libx264"  # no NVENC on this machine
+    assert "h264_nvenc does not open here" in choice.note
+
+
+def test_a_named_encoder_that_does_not_open_is_refused_before_any_work(
+        tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clip = ntsc_clip(tmp_path / "in.mp4", frames=10)
+    assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(clip), "-o",
+                 str(tmp_path / "o.mp4"), "--video-encoder", "h264_nvenc"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--video-encoder h264_nvenc does not open here" in err[0]
+    assert not (tmp_path / "o.mp4").exists()
+
+
+def test_libx265_writes_hevc(tmp_path: Path) -> None:
+    src = ntsc_clip(tmp_path / "in.mp4", frames=12)
+    out = tmp_path / "o.mp4"
+    result = transcode(src, out, lambda f, i: f, options=VideoOptions(encoder="libx265"))
+    with av.open(str(out)) as c:
+        assert c.streams.video[0].codec_context.name == "hevc"
+    assert frame_times(out) == frame_times(src) and result.encoder.startswith("libx265")
+
+
+def test_nvdec_falls_back_to_the_cpu_and_says_why(tmp_path: Path) -> None:
+    src = ntsc_clip(tmp_path / "in.mp4", frames=12)
+    opened = open_video(src, "auto")
+    opened.container.close()
+    assert opened.decoder == "CPU"
+    assert opened.note.startswith("decode: CPU (NVDEC unavailable: ")
+    engine = MarkingEngine()
+    summary = run_video(engine, src, tmp_path / "o.mp4", progress=False)  # type: ignore[arg-type]
+    assert any("decode: CPU (NVDEC unavailable" in n for n in summary.notes)
+    assert any("encode libx264 (auto" in n for n in summary.notes)
+
+
+def test_doctor_names_nvenc_and_nvdec_absent_in_one_line_each() -> None:
+    enc = encoder_lines()
+    assert enc[0].startswith("video encoders: libx264")
+    nvenc = [ln for ln in enc if ln.startswith("NVENC")]
+    assert len(nvenc) == 1 and nvenc[0].startswith("NVENC: absent: h264_nvenc does not open")
+    assert nvdec_line().startswith("NVDEC: absent: ")
+
+
+@pytest.fixture(scope="module")
+def face_clip(tmp_path_factory: pytest.TempPathFactory, t1_path: Path, analyser) -> Path:  # type: ignore[no-untyped-def]
+    return _face_clip(tmp_path_factory.mktemp("clip") / "face.mp4", t1_path, analyser, 16)
+
+
+@pytest.fixture(scope="module")
+def face_clip_long(tmp_path_factory: pytest.TempPathFactory, t1_path: Path, analyser) -> Path:  # type: ignore[no-untyped-def]
+    return _face_clip(tmp_path_factory.mktemp("clip") / "long.mp4", t1_path, analyser, 240)
+
+
+def _face_clip(path: Path, t1_path: Path, analyser, frames: int) -> Path:  # type: ignore[no-untyped-def]
+    from livefuse.imaging import load_image
+    from livefuse.io.synthetic import motion_clip, write_clip
+
+    photo = load_image(t1_path).bgr
+    face = max(analyser.detect(photo), key=lambda f: f.area)
+    c = (float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2)
+    return write_clip(motion_clip(photo, (320, 240), frames, centre=c, face_px=face.width,
+                                  face_width=110), path, rate=Fraction(30000, 1001))

@@ -49,7 +49,7 @@ from livefuse.config import (
     GuardConfig,
     load_config,
 )
-from livefuse.control import read_token
+from livefuse.control import load_or_create_token, read_token
 from livefuse.engine import Engine, PreparedSource
 from livefuse.errors import NoFaceError
 from livefuse.faces.tracking import iou
@@ -1540,4 +1540,13 @@ def test_auto_runs_the_engine_fetched_models_make_it_at_the_next_start(
     qtbot.waitUntil(lambda: win.preview.frames_shown > shown + 2, timeout=WAIT_MS)
     assert win.built_engine == "neural" and len(factory.built) == 2
     assert win.session.engine is factory.built[-1]
+    _close(qtbot, win)
+
+
+def test_the_token_made_before_is_shown_while_the_api_is_off(
+        qtbot: Any, tmp_path: Path, analyser: Any) -> None:
+    token = load_or_create_token(tmp_path / "control-token")  # e.g. `livefuse control-token`
+    win = _window(qtbot, tmp_path, analyser, engine_factory=_CountingFactory())
+    qtbot.waitUntil(lambda: win.settings.token == token, timeout=WAIT_MS)
+    assert win.session.control is None and win.settings.token_copy.isEnabled()
     _close(qtbot, win)

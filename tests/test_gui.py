@@ -1304,22 +1304,26 @@ def test_a_refused_preset_keeps_the_stream(
     (tmp_path / "photos" / f"Gone{astronaut_path.suffix}").unlink()  # deleted since
     # written by hand: saving refuses a photo without a face
     (store.folder / "Wall.toml").write_text(f'[source]\npath = "{wall}"\n', encoding="utf-8")
+    store.save(Preset.of("Neural", AppConfig(engine=EngineConfig(engine="neural")),
+                         PresetSource(path=str(astronaut_path))))  # no model files here
     factory = _CountingFactory()
     win = _window(qtbot, tmp_path, analyser, engine_factory=factory, source_factory=_pattern)
-    qtbot.waitUntil(lambda: win.presets.names() == ["Astro", "Gone", "Wall"], timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: win.presets.names() == ["Astro", "Gone", "Neural", "Wall"],
+                    timeout=WAIT_MS)
     _stream(qtbot, win, astronaut_path)
     assert "presets ready: Astro" in "\n".join(win.statuses)
     _press_ctrl(qtbot, win, 1)
     qtbot.waitUntil(lambda: win.session.active_preset == "Astro" and win.idle, timeout=WAIT_MS)
     engine, runner = factory.built[-1], win.session.runner
     used = list(engine.used)
-    for number, why in ((2, "file not found"), (3, "no face")):
+    for number, why in ((2, "file not found"), (3, "inswapper_128.onnx"), (4, "no face")):
         frames = win.preview.frames_shown
         _press_ctrl(qtbot, win, number)
         qtbot.waitUntil(lambda: win.banner.isVisible() and win.idle, timeout=WAIT_MS)
         text = win.banner_text.text()
         assert why in text and "the stream keeps preset 'Astro'" in text, text
         assert why in win.presets.message.text() and why in win.statuses[-1]
+        assert win.banner_models.isVisible() == (number == 3)  # Manage models… fixes it
         assert win.running and win.session.runner is runner and engine.used == used
         assert win.session.active_preset == "Astro" and factory.built == [engine]
         qtbot.waitUntil(lambda n=frames: win.preview.frames_shown > n + 3, timeout=WAIT_MS)

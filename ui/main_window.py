@@ -215,6 +215,10 @@ def is_text_field(widget: QWidget | None) -> bool:
     return False
 
 
+class _ModelsMissing(PresetError):
+    """A preset refused because its settings need model files that are not usable."""
+
+
 class _SpaceToStart(QObject):
     """Application-wide event filter: Space starts/stops wherever the focus is in the window,
     except in a text field. Without it a focused button, check box or list takes Space for
@@ -892,8 +896,8 @@ class MainWindow(QMainWindow):
             problem = models_error(preset.applied_to(cfg).effective_engine())
             if problem is not None:  # refused before the stream waits for a model load
                 keeps = session.active_preset
-                raise PresetError(preset.name, f"refused: {problem}; the stream keeps "
-                                  + (f"preset '{keeps}'" if keeps else "its source face"))
+                raise _ModelsMissing(preset.name, f"refused: {problem}; the stream keeps "
+                                     + (f"preset '{keeps}'" if keeps else "its source face"))
             return session.switch_preset(name)
 
         self._control.submit(job, done=self._preset_switched,
@@ -909,7 +913,7 @@ class MainWindow(QMainWindow):
         text = str(exc) if isinstance(exc, LivefuseError) else f"preset '{name}': {exc}"
         self.presets.set_message(text, ok=False)
         self._on_status(text)
-        self.show_banner(text, models="model" in text.lower() and "fetch" in text.lower())
+        self.show_banner(text, models=isinstance(exc, _ModelsMissing))
         self._banner_preset = True
 
     def save_preset(self, name: str, overwrite: bool = False) -> None:

@@ -85,8 +85,10 @@ class PresetsPanel(QWidget):
         self._active: str | None = None
         self._modified = False
         self.list = QListWidget()
-        self.list.setMinimumHeight(90)
-        self.list.setMaximumHeight(150)
+        self.list.setMinimumHeight(72)
+        self.list.setMaximumHeight(120)
+        self.list.setWordWrap(True)  # a long name or the empty list's line wraps
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.itemActivated.connect(self._activated)
         self.list.currentRowChanged.connect(lambda _: self._sync_buttons())
         self.save_button = QPushButton("Save…")

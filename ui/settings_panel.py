@@ -114,7 +114,7 @@ GUARD_TIP = ("Never show a real face: a face that was being swapped and is lost,
 LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
 NOT_LOCAL_WARNING = ("Not only this computer: anyone on that network who has the token can "
                      "control the stream, and plain HTTP carries the token unencrypted")
-NO_TOKEN = "(made when the API is first enabled)"
+NO_TOKEN = "none yet"
 ANY_PORT = "any free port"
 
 
@@ -266,7 +266,8 @@ class SettingsPanel(QWidget):
                                      "only) unless you name another")
         self.control_port.setToolTip("The TCP port (http://HOST:PORT/status)")
         self.control_token.setToolTip("Send it as 'Authorization: Bearer TOKEN' (also printed "
-                                       "by `livefuse control-token`; `--new` replaces it)")
+                                       "by `livefuse control-token`; `--new` replaces it). "
+                                       "Made when the API is first switched on")
         self.token_copy.setToolTip("Copy the token to the clipboard")
 
         engine_box = QGroupBox("Engine")
@@ -327,7 +328,8 @@ class SettingsPanel(QWidget):
         kf.addRow(self.control_warning)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        for w in (engine_box, targets_box, guard_box, face_box, cache_box, out_box,
+        # the guard first: what a streamer must see is on before going live
+        for w in (guard_box, engine_box, targets_box, face_box, cache_box, out_box,
                   control_box, self.error):
             lay.addWidget(w)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import os
 import threading
 import time
 from pathlib import Path
@@ -465,6 +466,25 @@ def test_the_shared_analyser_runs_one_call_at_a_time() -> None:
     for t in threads:
         t.join(60)
     assert inner.most == 1
+
+
+def test_a_photo_shown_again_is_not_analysed_again(qtbot: Any, tmp_path: Path, analyser: Any,
+                                                  astronaut_path: Path) -> None:
+    """Switching presets back and forth shows the same photos again: each analysis held the
+    shared dlib analyser, and so delayed the live frame's detection, every time."""
+    picker = SourcePicker(analyser=SharedAnalyser(analyser))
+    qtbot.addWidget(picker)
+    photo = tmp_path / "me.png"
+    photo.write_bytes(astronaut_path.read_bytes())
+    for _ in range(3):
+        with qtbot.waitSignal(picker.source_changed, timeout=WAIT_MS):
+            picker.load(photo)
+    assert picker.analyses == 1 and picker.face is not None
+    stat = photo.stat()
+    os.utime(photo, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # edited since
+    with qtbot.waitSignal(picker.source_changed, timeout=WAIT_MS):
+        picker.load(photo)
+    assert picker.analyses == 2
 
 
 def test_a_photo_chosen_later_wins_over_one_still_loading(

@@ -7,9 +7,10 @@ chosen face and the window geometry.
 
 Threads: the widgets live on the GUI thread and only hand values over. Every session call (start,
 stop, apply, a new source face) runs on one serial control thread (:class:`SerialWorker`), in
-order, so the GUI never waits for a thread join, a camera switch or a face detection. The camera
-opens on the session's capture thread and the engine is built on its inference thread; preview
-frames and status lines come back through :class:`RunnerBridge`; metrics are read, the photo
+order, so the GUI never waits for a thread join, a camera switch or a face detection. The engine
+is built at Start on the control thread (``Session.prepare``, then the presets' photos are
+prepared on it), and again on the inference thread when a setting needs other models; the camera
+opens on the session's capture thread; preview frames and status lines come back through :class:`RunnerBridge`; metrics are read, the photo
 analysed and the settings written on the thread pool.
 
 On stream (design.md §9): the presets panel lists ``Session.presets`` (the ``presets`` folder beside
@@ -161,8 +162,9 @@ def write_settings(cfg: AppConfig, state: GuiState, path: Path) -> None:
 
 
 def app_engine_factory(analyser: SharedAnalyser) -> EngineFactory:
-    """The session's engine factory (called on the inference thread at start and when a setting
-    needs the models loaded again): the classic engine reuses the app's one dlib analyser."""
+    """The session's engine factory (called on the control thread at Start, on the inference
+    thread when a setting needs the models loaded again): the classic engine reuses the app's
+    one dlib analyser."""
 
     def build(config: AppConfig) -> EngineLike:
         if resolve_engine(config.engine).engine == "classic":
@@ -261,8 +263,8 @@ class MainWindow(QMainWindow):
             beside it holds the window's own state.
         source_factory: ``CaptureConfig -> Source`` (tests inject fakes); called on the
             control thread.
-        engine_factory: ``AppConfig -> engine``, called on the inference thread (default: the
-            project's Engine, the classic one sharing the app's dlib analyser).
+        engine_factory: ``AppConfig -> engine``, called on the control or the inference thread
+            (default: the project's Engine, the classic one sharing the app's dlib analyser).
         analyser: the dlib analyser to share (built on first use by default).
         models_directory: for the models dialog.
         vcam_backend: pyvirtualcam backend name (``None``: the OS's own).
@@ -1044,8 +1046,8 @@ class MainWindow(QMainWindow):
             self.start()
 
     def start(self) -> bool:
-        """Start the session (returns at once: it starts on the control thread, the camera opens
-        on the capture thread, the engine is built on the inference thread).
+        """Start the session (returns at once: the engine is built and the presets prepared on
+        the control thread, the camera opens on the capture thread).
 
         Returns:
             ``False`` (with a status line) when something is missing.

@@ -10,8 +10,9 @@ stop, apply, a new source face) runs on one serial control thread (:class:`Seria
 order, so the GUI never waits for a thread join, a camera switch or a face detection. The engine
 is built at Start on the control thread (``Session.prepare``, then the presets' photos are
 prepared on it), and again on the inference thread when a setting needs other models; the camera
-opens on the session's capture thread; preview frames and status lines come back through :class:`RunnerBridge`; metrics are read, the photo
-analysed and the settings written on the thread pool.
+opens on the session's capture thread; preview frames and status lines come back through
+:class:`RunnerBridge`; metrics are read, the photo analysed and the settings written on the
+thread pool.
 
 On stream (design.md §9): the presets panel lists ``Session.presets`` (the ``presets`` folder beside
 the settings file) numbered as Ctrl+1..9 switch them; a switch, save, rename or delete runs on the

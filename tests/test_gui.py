@@ -1574,3 +1574,23 @@ def test_the_token_made_before_is_shown_while_the_api_is_off(
     qtbot.waitUntil(lambda: win.settings.token == token, timeout=WAIT_MS)
     assert win.session.control is None and win.settings.token_copy.isEnabled()
     _close(qtbot, win)
+
+
+def test_an_edit_never_undoes_what_the_control_api_changed_meanwhile(
+        qtbot: Any, tmp_path: Path, analyser: Any, astronaut_path: Path) -> None:
+    """A Stream Deck key turns the guard on; a moment later, before the window has shown it,
+    the user steps a spin box: the window's settings were handed over whole, and the guard
+    went off again without a word."""
+    win = _window(qtbot, tmp_path, analyser, engine_factory=_CountingFactory(),
+                  source_factory=_pattern)
+    _stream(qtbot, win, astronaut_path)
+    session, runner = win.session, win.session.runner
+    assert runner is not None
+    session.set_guard("blur")  # as POST /guard does, from outside the window
+    win.settings.detect_every.setValue(5)  # the window still shows the guard off
+    qtbot.waitUntil(lambda: win.idle and runner.config.engine.detect_every == 5,
+                    timeout=WAIT_MS)
+    assert session.config.guard.mode == "blur" and runner.config.guard.mode == "blur"
+    qtbot.waitUntil(lambda: win.settings.guard_mode.currentData() == "blur", timeout=WAIT_MS)
+    assert win.config == session.config
+    _close(qtbot, win)

@@ -628,22 +628,31 @@ class MainWindow(QMainWindow):
         """Hand the config to the session (control thread). Model files the new settings need
         are checked first: while running, settings that cannot load keep the stream as it is
         (the window goes back to the settings in force and says why); while stopped they are
-        kept, the banner says what is missing, and Start refuses until it is installed."""
-        self._apply_timer.stop()
-        cfg, session = self.config, self.session
+        kept, the banner says what is missing, and Start refuses until it is installed.
 
-        def job() -> LivefuseError | None:
-            problem = models_error(cfg.engine)
+        Only the window's own edits are handed over: a setting the session changed meanwhile
+        (the control API, a preset switched) and the window has not shown yet is kept
+        (:func:`rebase_edits`), so a spin box stepped a moment after a Stream Deck key never
+        turns the privacy guard back off."""
+        self._apply_timer.stop()
+        cfg, base, session = self.config, self._in_force, self.session
+
+        def job() -> tuple[AppConfig, LivefuseError | None]:
+            merged = rebase_edits(cfg, base, session.config)
+            problem = models_error(merged.engine)
             if problem is not None and session.running:
                 raise problem
-            session.apply(cfg)
-            return problem
+            session.apply(merged)
+            return merged, problem
 
-        self._control.submit(job, done=lambda problem: self._applied(cfg, problem),
+        self._control.submit(job, done=lambda result: self._applied(cfg, *result),
                              failed=lambda exc: self._apply_failed(cfg, exc))
 
-    def _applied(self, cfg: AppConfig, problem: LivefuseError | None) -> None:
-        self._in_force = cfg
+    def _applied(self, cfg: AppConfig, merged: AppConfig,
+                 problem: LivefuseError | None) -> None:
+        self._in_force = merged
+        if merged != cfg and self.config is cfg:  # the session's own changes kept: shown
+            self._show_config(merged)
         if not cfg.control.enabled:
             self.settings.set_control_status("off")
         if problem is not None:
@@ -1280,6 +1289,25 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
+def rebase_edits(mine: AppConfig, base: AppConfig, live: AppConfig) -> AppConfig:
+    """The settings to hand to the session: ``live`` (what it runs now) with every setting the
+    window changed since ``base`` (what it last knew the session ran) set to the window's value.
+    A setting changed by someone else meanwhile and not by the window stays as ``live`` has it.
+
+    Raises:
+        ConfigError: the merged settings are invalid.
+    """
+    if live == base:
+        return mine
+    sections = {}
+    for section in dataclasses.fields(AppConfig):
+        m, b, lv = (getattr(c, section.name) for c in (mine, base, live))
+        edits = {f.name: getattr(m, f.name) for f in dataclasses.fields(m)
+                 if getattr(m, f.name) != getattr(b, f.name)}
+        sections[section.name] = dataclasses.replace(lv, **edits)
+    return dataclasses.replace(live, **sections).validate()
+
+
 def _same_path(a: Path, b: Path) -> bool:
     """Whether two spellings name the same file, without touching the disk (GUI thread)."""
     return os.path.normcase(os.path.abspath(a)) == os.path.normcase(os.path.abspath(b))
@@ -1299,4 +1327,4 @@ def _join_session_threads(timeout: float, names: Sequence[str] = ("livefuse",)) 
 
 
 __all__ = ["GuiState", "MainWindow", "app_engine_factory", "is_text_field", "list_cameras",
-           "load_gui_state", "write_settings"]
+           "load_gui_state", "rebase_edits", "write_settings"]

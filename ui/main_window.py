@@ -299,6 +299,7 @@ class MainWindow(QMainWindow):
         # below is built from.
         self.config, load_error = self._load_config()
         self._in_force = self.config  # the last config the session took
+        self._apply_whole = False  # the next apply hands the config over whole
         self.state = load_gui_state(gui_state_path(self.config_path))
 
         self.bridge = RunnerBridge(self)
@@ -636,9 +637,11 @@ class MainWindow(QMainWindow):
         turns the privacy guard back off."""
         self._apply_timer.stop()
         cfg, base, session = self.config, self._in_force, self.session
+        # after a refused apply the session may hold part of it: the settings in force go whole
+        whole, self._apply_whole = self._apply_whole, False
 
         def job() -> tuple[AppConfig, LivefuseError | None]:
-            merged = rebase_edits(cfg, base, session.config)
+            merged = cfg if whole else rebase_edits(cfg, base, session.config)
             problem = models_error(merged.engine)
             if problem is not None and session.running:
                 raise problem
@@ -672,6 +675,7 @@ class MainWindow(QMainWindow):
         self.show_banner(f"Settings not applied ({kept}): {exc}", models=models)
         if self.config is cfg:  # no newer edit: back to the settings in force, shown and held
             self._show_config(self._in_force)
+            self._apply_whole = True
             self._apply_timer.start()
 
     def _show_config(self, cfg: AppConfig) -> None:

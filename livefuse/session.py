@@ -119,6 +119,8 @@ class Session:
         vcam_backend: pyvirtualcam backend name for the virtual camera (``None``: the OS's own).
 
         presets: the preset folder (the user config dir's ``presets`` by default).
+        token_file: the control API's token file (:func:`livefuse.control.token_path`, in the
+            user config dir, by default; the app keeps it beside its own settings file).
 
     Raises:
         ConfigError: invalid settings.
@@ -129,7 +131,7 @@ class Session:
                  engine_factory: EngineFactory = default_engine_factory,
                  source_factory: Callable[[CaptureConfig], Source] = build_source,
                  vcam_backend: str | None = None,
-                 presets: PresetStore | None = None) -> None:
+                 presets: PresetStore | None = None, token_file: Path | None = None) -> None:
         self._config = config.validate()
         self._on_status = on_status or (lambda s: None)
         self._on_frame = on_frame
@@ -153,6 +155,7 @@ class Session:
         self._photos: dict[tuple[str, int, int], LoadedImage] = {}
         self._swap = True
         self._control: ControlServer | None = None
+        self._token_file = token_file
         self._revision = 0
 
     # -- state ----------------------------------------------------------------------------------
@@ -391,6 +394,21 @@ class Session:
             except Exception as exc:  # a recorder that cannot finish must not hide the others
                 self._status(f"{sink.name} failed to close: {exc}")
         return ok
+
+    def drop_engine(self) -> bool:
+        """Let go of the engine kept from :meth:`prepare` or the last run, so that the next
+        :meth:`prepare` or :meth:`start` builds one from the settings: the app calls it when
+        ``engine='auto'`` resolves to another engine than the kept one was built for (models
+        fetched while the app was open). Stopped only.
+
+        Returns:
+            ``False`` (nothing changed) while running.
+        """
+        with self._switch_lock, self._lock:
+            if self._runner is not None:
+                return False
+            self._engine = None
+            return True
 
     def _update_prepared(self, old: AppConfig, config: AppConfig) -> None:
         # A stopped session keeps its engine for the next start (which hands it to the runner
@@ -787,8 +805,8 @@ class Session:
         stopped stream's preset). Idempotent.
 
         Args:
-            token: the bearer token; by default the one stored 0600 in the config folder
-                (made on first use, :func:`livefuse.control.load_or_create_token`).
+            token: the bearer token; by default the one stored 0600 in ``token_file`` (made
+                on first use, :func:`livefuse.control.load_or_create_token`).
 
         Raises:
             LivefuseError: the port is taken or the address cannot be bound.
@@ -798,8 +816,8 @@ class Session:
         if self._control is not None:
             return self._control
         cfg = self._config.control
-        server = ControlServer(self, token or load_or_create_token(), cfg.host, cfg.port,
-                               on_status=self._status)
+        server = ControlServer(self, token or load_or_create_token(self._token_file), cfg.host,
+                               cfg.port, on_status=self._status)
         self._control = server
         return server
 

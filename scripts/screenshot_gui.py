@@ -1,9 +1,12 @@
 """Screenshot of the desktop app on a video input, saved to docs/screenshot.png, and of the
 whole settings column (it scrolls in the window) beside it, as docs/screenshot-settings.png.
+With ``--stream``: the app on stream, three presets in its list (the one in use switched to
+as Ctrl+1 does), the privacy guard on (blur) and the control API serving, saved to
+docs/screenshot-stream.png (the window only).
 
 Run under a virtual X server (a real window, not the offscreen platform):
 
-    xvfb-run -a -s "-screen 0 1400x900x24" python scripts/screenshot_gui.py [OUT.png]
+    xvfb-run -a -s "-screen 0 1400x900x24" python scripts/screenshot_gui.py [--stream] [OUT.png]
 
 Debian packages needed for Xvfb + Qt's xcb plugin: xvfb xauth libxcb-icccm4 libxcb-keysyms1
 libxcb-cursor0. The input is a clip with camera motion over insightface's t1.jpg, the source face
@@ -18,6 +21,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from livefuse.imaging import load_image, save_image
@@ -37,13 +41,35 @@ def _save(image: object, out: Path) -> bool:
     return True
 
 
+def _stream_setup(work: Path, source: Path) -> None:
+    """Presets beside the settings file (the app's presets folder), and settings with the
+    privacy guard on and the control API serving."""
+    from livefuse.config import LIVE_DEFAULTS, ControlConfig, GuardConfig, save_config
+    from livefuse.presets import Preset, PresetSource, PresetStore
+
+    store = PresetStore(work / "presets")
+    hanks = save_image(work / "hanks.png", load_image(insightface_image("Tom_Hanks_54745.png")).bgr)
+    for name, photo, mode in (("Astronaut", source, "blur"), ("Hanks", hanks, "hold"),
+                              ("Just chatting", source, "off")):
+        guard = GuardConfig(mode=mode)
+        store.save(Preset.of(name, replace(LIVE_DEFAULTS, guard=guard), PresetSource(str(photo))))
+    save_config(replace(LIVE_DEFAULTS, guard=GuardConfig(mode="blur"),
+                        control=ControlConfig(enabled=True, port=0)), work / "settings.toml")
+
+
 def main() -> int:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screenshot.png")
+    args = sys.argv[1:]
+    stream = "--stream" in args
+    args = [a for a in args if a != "--stream"]
+    default = "docs/screenshot-stream.png" if stream else "docs/screenshot.png"
+    out = Path(args[0] if args else default)
     work = Path(tempfile.mkdtemp(prefix="livefuse-shot-"))
     photo = load_image(insightface_image("t1.jpg")).bgr
     clip = write_clip(motion_clip(photo, (640, 480), frames=120, centre=(640, 330),
                                   face_px=110, face_width=120), work / "t1.mp4", audio=False)
     source = save_image(work / "astronaut.png", astronaut())
+    if stream:
+        _stream_setup(work, source)
 
     from livefuse_ui.app import _prepare_qt_environment, close_app
 
@@ -69,11 +95,18 @@ def main() -> int:
     result: dict[str, str] = {}
     deadline = time.monotonic() + TIMEOUT_S
     settle = {"polls": 0}
+    switch = {"asked": not stream, "at": 0}
 
     def poll() -> None:
         snap = win.last_metrics
-        ready = win.preview.frames_shown >= FRAMES and snap is not None \
+        ready = win.preview.frames_shown >= FRAMES + switch["at"] and snap is not None \
             and win.metrics_updates >= 6
+        if ready and not switch["asked"]:
+            switch["asked"], switch["at"] = True, win.preview.frames_shown
+            win.switch_to_number(win.presets.names().index("Astronaut") + 1)  # as Ctrl+N
+            return
+        if stream:  # the window follows the switch: the list, the settings, the photo
+            ready = ready and win.idle and win.session.active_preset == "Astronaut"
         if ready:
             settle["polls"] += 1
             if settle["polls"] < 3:  # let the last frame and the overlay paint
@@ -82,13 +115,13 @@ def main() -> int:
             column = win.side_scroll.widget().grab().toImage()  # every setting, unscrolled
             side = out.with_name(f"{out.stem}-settings{out.suffix}")
             out.parent.mkdir(parents=True, exist_ok=True)
-            saved = [_save(image, out), _save(column, side)]
+            saved = [_save(image, out), stream or _save(column, side)]
+            also = "" if stream else f" and {side} ({column.width()}x{column.height()})"
             if all(saved):
-                result["ok"] = (f"saved {out} ({image.width()}x{image.height()}) and {side} "
-                                f"({column.width()}x{column.height()}); "
+                result["ok"] = (f"saved {out} ({image.width()}x{image.height()}){also}; "
                                 f"{snap.line() if snap else ''}")
             else:
-                result["error"] = f"cannot write {out} or {side}"
+                result["error"] = f"cannot write {out}" + ("" if stream else f" or {side}")
         elif time.monotonic() > deadline:
             result["error"] = f"no frames within {TIMEOUT_S:.0f} s: {win.statuses[-5:]}"
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import os
 import threading
 import time
 from pathlib import Path
@@ -21,9 +22,9 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 import requests
-from livefuse_ui.main_window import APPLY_DELAY_MS, MainWindow, is_text_field
+from livefuse_ui.main_window import APPLY_DELAY_MS, METRICS_MS, MainWindow, is_text_field
 from livefuse_ui.models_dialog import ModelsDialog, ProgressSession
-from livefuse_ui.preview import OverlayInfo, PreviewWidget
+from livefuse_ui.preview import SWAP_OFF, OverlayInfo, PreviewWidget, overlay_lines
 from livefuse_ui.settings_panel import NEURAL_ONLY_TIP
 from livefuse_ui.source_picker import SharedAnalyser, SourcePicker
 from PySide6.QtCore import QPoint, QPointF, Qt, QThreadPool, QTimer
@@ -38,6 +39,7 @@ from livefuse.config import (
     CAPTURE_CHOICES,
     ENGINE_REQUEST_CHOICES,
     FACE_SELECTOR_CHOICES,
+    GUARD_CHOICES,
     LIVE_DEFAULTS,
     MODEL_RELOAD_FIELDS,
     PRECISION_CHOICES,
@@ -45,18 +47,24 @@ from livefuse.config import (
     AppConfig,
     CaptureConfig,
     EngineConfig,
+    GuardConfig,
     load_config,
 )
-from livefuse.engine import Engine
+from livefuse.control import load_or_create_token, read_token
+from livefuse.engine import Engine, PreparedSource
+from livefuse.errors import NoFaceError
 from livefuse.faces.tracking import iou
+from livefuse.guard import GuardState
 from livefuse.imaging import LoadedImage, load_image, save_image
 from livefuse.io.sinks import VirtualCameraSink
 from livefuse.io.sources import CameraSource, ImageSource, Source, TestPatternSource
 from livefuse.io.synthetic import motion_clip, write_clip
+from livefuse.metrics import MetricsSnapshot
 from livefuse.models.catalog import ModelSpec
 from livefuse.models.download import ModelVerifyError
+from livefuse.presets import Preset, PresetSource, PresetStore
 from livefuse.samples import insightface_image
-from livefuse.types import Face, Frame
+from livefuse.types import Face, Frame, FramePacket, StagedFrame
 
 WAIT_MS = 60_000  # generous: the CI machine may be loaded
 
@@ -69,11 +77,35 @@ _RecordingCam = recording_backend("gui-recording")
 
 
 class _PassEngine(PassEngine):
-    """An engine stub: frames through unchanged; remembers the source faces it was given."""
+    """An engine stub: frames through unchanged; remembers the source faces it was given, the
+    photos it prepared and where each was taken into use (the thread and the frames processed
+    by then). A photo of one flat colour has no face."""
 
     def __init__(self, config: AppConfig) -> None:
         super().__init__()
         self.config = config.engine
+        self.frames = 0
+        self.prepared: list[str] = []
+        self.used: list[tuple[str, int, str]] = []
+
+    def prepare_source(self, image: LoadedImage, face_index: int | None = None,
+                       face: Any = None) -> PreparedSource:
+        if int(np.ptp(image.bgr)) == 0:
+            raise NoFaceError(image.path)
+        self.prepared.append(str(image.path))
+        box = np.array([10, 10, 60, 60], np.float32)
+        chosen = face if face is not None else Face(bbox=box, kps=np.zeros((5, 2), np.float32))
+        return PreparedSource(face=chosen, data=str(image.path))
+
+    def use_source(self, prepared: PreparedSource) -> Any:
+        self.used.append((threading.current_thread().name, self.frames, str(prepared.data)))
+        return prepared.face
+
+    def process(self, frame: Frame | StagedFrame, index: int = 0,
+                t_capture_ns: int | None = None, strict: bool = False,
+                in_place: bool = False) -> FramePacket:
+        self.frames += 1
+        return super().process(frame, index, t_capture_ns, strict, in_place)
 
     def apply(self, config: EngineConfig) -> bool:
         if any(getattr(config, f) != getattr(self.config, f) for f in MODEL_RELOAD_FIELDS):
@@ -434,6 +466,25 @@ def test_the_shared_analyser_runs_one_call_at_a_time() -> None:
     for t in threads:
         t.join(60)
     assert inner.most == 1
+
+
+def test_a_photo_shown_again_is_not_analysed_again(qtbot: Any, tmp_path: Path, analyser: Any,
+                                                  astronaut_path: Path) -> None:
+    """Switching presets back and forth shows the same photos again: each analysis held the
+    shared dlib analyser, and so delayed the live frame's detection, every time."""
+    picker = SourcePicker(analyser=SharedAnalyser(analyser))
+    qtbot.addWidget(picker)
+    photo = tmp_path / "me.png"
+    photo.write_bytes(astronaut_path.read_bytes())
+    for _ in range(3):
+        with qtbot.waitSignal(picker.source_changed, timeout=WAIT_MS):
+            picker.load(photo)
+    assert picker.analyses == 1 and picker.face is not None
+    stat = photo.stat()
+    os.utime(photo, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # edited since
+    with qtbot.waitSignal(picker.source_changed, timeout=WAIT_MS):
+        picker.load(photo)
+    assert picker.analyses == 2
 
 
 def test_a_photo_chosen_later_wins_over_one_still_loading(
@@ -1031,7 +1082,8 @@ def test_a_bad_source_photo_keeps_the_good_one(
     assert win.start()
     qtbot.waitUntil(lambda: win.preview.frames_shown > 0, timeout=WAIT_MS)
     engine = factory.built[-1]
-    assert len(engine.sources) == 1 and engine.sources[0][1] is face
+    # the face kept (set when the engine is prepared at Start, and by the runner)
+    assert engine.sources and all(f is face for _, f in engine.sources)
     _close(qtbot, win)
 
 
@@ -1183,3 +1235,362 @@ def test_recording_onto_the_input_video_is_refused(
     _close(qtbot, win)
     assert video.read_bytes() == before
     assert "input.mp4" in win.banner_text.text()
+
+
+# -- issue 19: presets, the privacy guard, the control API, swap on/off -------------------------
+def _presets(tmp_path: Path, **photos: Path) -> PresetStore:
+    """Presets beside the window's settings.toml, one per ``NAME=photo`` (copied, so a test
+    may delete it); a preset called ``Hanks`` has the blur guard."""
+    store = PresetStore(tmp_path / "presets")
+    folder = tmp_path / "photos"
+    folder.mkdir(exist_ok=True)
+    for name, src in photos.items():
+        dst = folder / f"{name}{src.suffix}"
+        dst.write_bytes(src.read_bytes())
+        guard = GuardConfig(mode="blur") if name == "Hanks" else GuardConfig()
+        store.save(Preset.of(name, AppConfig(engine=LIVE_DEFAULTS.engine, guard=guard),
+                             PresetSource(path=str(dst))))
+    return store
+
+
+def _stream(qtbot: Any, win: MainWindow, source: Path) -> None:
+    _choose_source(qtbot, win, source)
+    win.input_kind.setCurrentText("test pattern")
+    assert win.start()
+    qtbot.waitUntil(lambda: win.preview.frames_shown > 2 and win.idle, timeout=WAIT_MS)
+
+
+def _press_ctrl(qtbot: Any, win: MainWindow, number: int) -> None:
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow, timeout=WAIT_MS)
+    QTest.keyClick(win.preview, getattr(Qt.Key, f"Key_{number}"),
+                   Qt.KeyboardModifier.ControlModifier)
+
+
+def test_ctrl_number_switches_the_preset_at_a_frame_boundary(
+        qtbot: Any, tmp_path: Path, analyser: Any, astronaut_path: Path,
+        hanks_path: Path) -> None:
+    store = _presets(tmp_path, Astro=astronaut_path, Hanks=hanks_path)
+    opened: list[CaptureConfig] = []
+
+    def source(c: CaptureConfig) -> Source:
+        opened.append(c)
+        return _pattern(c)
+
+    factory = _CountingFactory()
+    win = _window(qtbot, tmp_path, analyser, engine_factory=factory, source_factory=source)
+    qtbot.waitUntil(lambda: win.presets.names() == ["Astro", "Hanks"], timeout=WAIT_MS)
+    rows = [win.presets.list.item(i).text() for i in range(win.presets.list.count())]
+    assert rows == ["1  Astro", "2  Hanks"]  # the numbers Ctrl+N goes by
+    assert "Ctrl+1" in win.presets.hint.text()
+    _stream(qtbot, win, astronaut_path)
+    engine = factory.built[-1]
+    hanks = str(store.load("Hanks").source.path)
+    assert hanks in engine.prepared  # prepared before the start: the switch detects nothing
+    runner, frames = win.session.runner, win.preview.frames_shown
+
+    _press_ctrl(qtbot, win, 2)
+    qtbot.waitUntil(lambda: win.session.active_preset == "Hanks" and win.idle, timeout=WAIT_MS)
+    # taken by the inference thread between two frames, on the running engine
+    thread, at, photo = engine.used[-1]
+    assert thread == "livefuse-inference" and photo == hanks and at > 0
+    sources = len(engine.sources)
+    assert factory.built == [engine] and win.session.runner is runner and len(opened) == 1
+    qtbot.waitUntil(lambda: win.preview.frames_shown > frames + 3, timeout=WAIT_MS)
+    # the window follows: the preset's settings and photo, the list and the overlay
+    qtbot.waitUntil(lambda: win.settings.guard_mode.currentData() == "blur"
+                    and win.picker.analysis is not None
+                    and win.picker.analysis.path == Path(hanks), timeout=WAIT_MS)
+    assert win.config.guard.mode == "blur" == win.session.config.guard.mode
+    qtbot.waitUntil(lambda: win.presets.list.item(1).text() == "2  Hanks (active)",
+                    timeout=WAIT_MS)
+    assert "preset Hanks" in win.preview.lines()
+    qtbot.wait(3 * METRICS_MS)  # the picker's photo is not handed back to the session
+    assert len(engine.sources) == sources and engine.used[-1][2] == hanks
+    assert win.session.active_preset == "Hanks" and not win.session.preset_modified
+
+    _press_ctrl(qtbot, win, 1)  # and back, again in place
+    qtbot.waitUntil(lambda: win.session.active_preset == "Astro" and win.idle,
+                    timeout=WAIT_MS)
+    assert engine.used[-1][0] == "livefuse-inference" and factory.built == [engine]
+    qtbot.waitUntil(lambda: win.settings.guard_mode.currentData() == "off", timeout=WAIT_MS)
+    _close(qtbot, win)
+
+
+def test_a_refused_preset_keeps_the_stream(
+        qtbot: Any, tmp_path: Path, analyser: Any, astronaut_path: Path) -> None:
+    wall = save_image(tmp_path / "wall.png", np.full((200, 200, 3), 128, np.uint8))
+    store = _presets(tmp_path, Astro=astronaut_path, Gone=astronaut_path)
+    (tmp_path / "photos" / f"Gone{astronaut_path.suffix}").unlink()  # deleted since
+    # written by hand: saving refuses a photo without a face
+    (store.folder / "Wall.toml").write_text(f'[source]\npath = "{wall}"\n', encoding="utf-8")
+    store.save(Preset.of("Neural", AppConfig(engine=EngineConfig(engine="neural")),
+                         PresetSource(path=str(astronaut_path))))  # no model files here
+    factory = _CountingFactory()
+    win = _window(qtbot, tmp_path, analyser, engine_factory=factory, source_factory=_pattern)
+    qtbot.waitUntil(lambda: win.presets.names() == ["Astro", "Gone", "Neural", "Wall"],
+                    timeout=WAIT_MS)
+    _stream(qtbot, win, astronaut_path)
+    assert "presets ready: Astro" in "\n".join(win.statuses)
+    _press_ctrl(qtbot, win, 1)
+    qtbot.waitUntil(lambda: win.session.active_preset == "Astro" and win.idle, timeout=WAIT_MS)
+    engine, runner = factory.built[-1], win.session.runner
+    used = list(engine.used)
+    for number, why in ((2, "file not found"), (3, "inswapper_128.onnx"), (4, "no face")):
+        frames = win.preview.frames_shown
+        _press_ctrl(qtbot, win, number)
+        qtbot.waitUntil(lambda: win.banner.isVisible() and win.idle, timeout=WAIT_MS)
+        text = win.banner_text.text()
+        assert why in text and "the stream keeps preset 'Astro'" in text, text
+        assert why in win.presets.message.text() and why in win.statuses[-1]
+        assert win.banner_models.isVisible() == (number == 3)  # Manage models… fixes it
+        assert win.running and win.session.runner is runner and engine.used == used
+        assert win.session.active_preset == "Astro" and factory.built == [engine]
+        qtbot.waitUntil(lambda n=frames: win.preview.frames_shown > n + 3, timeout=WAIT_MS)
+        win.hide_banner()
+    _press_ctrl(qtbot, win, 7)  # no such preset: said, nothing else
+    qtbot.waitUntil(lambda: "no preset 7" in win.statuses[-1], timeout=WAIT_MS)
+    _close(qtbot, win)
+
+
+def test_presets_are_saved_renamed_and_deleted_through_the_list(
+        qtbot: Any, tmp_path: Path, analyser: Any, astronaut_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtWidgets import QInputDialog, QMessageBox
+
+    typed: list[str] = []
+    monkeypatch.setattr(QInputDialog, "getText",
+                        staticmethod(lambda *a, **k: (typed.pop(0), True)))
+    answers: list[QMessageBox.StandardButton] = []
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(lambda *a, **k: answers.pop(0)))
+    factory = _CountingFactory()
+    win = _window(qtbot, tmp_path, analyser, engine_factory=factory, source_factory=_pattern)
+    panel, folder = win.presets, tmp_path / "presets"
+    assert panel.names() == [] and not panel.delete_button.isEnabled()
+    assert not panel.save_button.isEnabled()  # no source face yet
+    win.presets.ask_save()  # Ctrl+Shift+S: said, nothing asked or written
+    assert "source face" in panel.message.text() and not folder.exists()
+    _choose_source(qtbot, win, astronaut_path)
+    win.settings.guard_mode.setCurrentIndex(win.settings.guard_mode.findData("hold"))
+    win.settings.hold_frames.setValue(9)
+
+    typed[:] = ["bad/name", "Gaming"]  # a bad name is refused in the dialog, which asks again
+    panel.save_button.click()
+    qtbot.waitUntil(lambda: panel.names() == ["Gaming"], timeout=WAIT_MS)
+    saved = PresetStore(folder).load("Gaming")
+    assert saved.source.path == str(astronaut_path.resolve()) and len(saved.source.face_box) == 4
+    assert (saved.guard.mode, saved.guard.hold_frames) == ("hold", 9)
+    qtbot.waitUntil(lambda: panel.list.item(0).text() == "1  Gaming (active)", timeout=WAIT_MS)
+
+    typed[:] = ["Alpha"]
+    panel.save_button.click()
+    qtbot.waitUntil(lambda: panel.names() == ["Alpha", "Gaming"], timeout=WAIT_MS)
+    assert win.preset_actions[0].text().endswith("Alpha")  # the menu shows Ctrl+1's preset
+    typed[:] = ["gaming"]  # an existing name: replaced only when the user says so
+    answers[:] = [QMessageBox.StandardButton.No]
+    panel.save_button.click()
+    qtbot.wait(APPLY_DELAY_MS)
+    assert panel.names() == ["Alpha", "Gaming"] and not answers
+
+    panel.list.setCurrentRow(1)
+    typed[:] = ["Zeta"]
+    panel.rename_button.click()
+    qtbot.waitUntil(lambda: panel.names() == ["Alpha", "Zeta"], timeout=WAIT_MS)
+    assert not (folder / "Gaming.toml").exists() and (folder / "Zeta.toml").is_file()
+    panel.list.setCurrentRow(0)
+    typed[:] = ["zeta"]  # taken by another: refused, nothing renamed
+    panel.rename_button.click()
+    assert "exists already" in panel.message.text() and panel.names() == ["Alpha", "Zeta"]
+
+    answers[:] = [QMessageBox.StandardButton.Yes]
+    panel.list.setCurrentRow(0)
+    panel.delete_button.click()
+    qtbot.waitUntil(lambda: panel.names() == ["Zeta"], timeout=WAIT_MS)
+    assert not (folder / "Alpha.toml").exists()
+    assert win.session.active_preset == "Alpha" or win.session.active_preset is None
+    _close(qtbot, win)
+
+
+def test_the_guard_setting_reaches_the_session_and_the_overlay(
+        qtbot: Any, tmp_path: Path, analyser: Any, astronaut_path: Path) -> None:
+    factory = _CountingFactory()
+    win = _window(qtbot, tmp_path, analyser, engine_factory=factory, source_factory=_pattern)
+    s = win.settings
+    assert [s.guard_mode.itemData(i) for i in range(s.guard_mode.count())] == \
+        list(GUARD_CHOICES)
+    assert not s.hold_frames.isEnabled()
+    _stream(qtbot, win, astronaut_path)
+    runner = win.session.runner
+    assert runner is not None
+    assert not any(line.startswith("guard") for line in win.preview.lines())
+    s.guard_mode.setCurrentIndex(s.guard_mode.findData("hold"))
+    assert s.hold_frames.isEnabled()
+    s.hold_frames.setValue(7)
+    qtbot.waitUntil(lambda: runner.config.guard == GuardConfig(mode="hold", hold_frames=7),
+                    timeout=WAIT_MS)
+    assert win.session.config.guard == win.config.guard
+    # the overlay says what the guard does (the preview only: see the overlay test above)
+    qtbot.waitUntil(lambda: "guard hold: armed" in win.preview.lines(), timeout=WAIT_MS)
+
+    # swap off: the runner passes frames as they are and the overlay says so
+    win.swap_box.setChecked(False)
+    qtbot.waitUntil(lambda: not runner.swap and SWAP_OFF in win.preview.lines(),
+                    timeout=WAIT_MS)
+    win.swap_box.setChecked(True)
+    qtbot.waitUntil(lambda: runner.swap and SWAP_OFF not in win.preview.lines(),
+                    timeout=WAIT_MS)
+    _close(qtbot, win)
+
+
+def test_the_overlay_shows_the_guard_line_only_while_it_is_on() -> None:
+    hiding = GuardState(mode="blur", action="blur", regions=2, lost=1)
+    snap = dataclasses.replace(MetricsSnapshot(), guard=hiding)
+    lines = overlay_lines(snap, OverlayInfo(precision="fp16"))
+    assert "guard blur: hiding 2 faces (1 lost)" in lines
+    assert not any(line.startswith("guard")
+                   for line in overlay_lines(MetricsSnapshot(), OverlayInfo()))
+    assert overlay_lines(snap, OverlayInfo(preset="Gaming", modified=True,
+                                           swap=False))[-2:] == \
+        ["preset Gaming (changed)", SWAP_OFF]
+
+
+def _api(server: Any, token: str, method: str, path: str,
+         body: dict[str, Any] | None = None) -> requests.Response:
+    return requests.request(method, server.url + path, json=body, timeout=30,
+                            headers={"Authorization": f"Bearer {token}"})
+
+
+def test_the_control_api_serves_from_the_app_and_the_window_follows_it(
+        qtbot: Any, tmp_path: Path, analyser: Any, astronaut_path: Path, hanks_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtGui import QGuiApplication
+
+    _presets(tmp_path, Hanks=hanks_path)
+    (tmp_path / "settings.toml").write_text("[control]\nenabled = true\nport = 0\n",
+                                            encoding="utf-8")
+    factory = _CountingFactory()
+    win = _window(qtbot, tmp_path, analyser, engine_factory=factory, source_factory=_pattern)
+    s = win.settings
+    assert s.control_enabled.isChecked() and s.control_host.text() == "127.0.0.1"
+    qtbot.waitUntil(lambda: win.session.control is not None and bool(s.token),
+                    timeout=WAIT_MS)
+    server = win.session.control
+    assert server is not None and server.host == "127.0.0.1"
+    token_file = tmp_path / "control-token"
+    assert s.token == read_token(token_file) and token_file.stat().st_mode & 0o777 == 0o600
+    assert s.control_token.echoMode() == s.control_token.EchoMode.Password  # on stream
+    s.token_show.setChecked(True)
+    assert s.control_token.echoMode() == s.control_token.EchoMode.Normal
+    s.token_copy.click()
+    assert QGuiApplication.clipboard().text() == s.token
+    qtbot.waitUntil(lambda: s.control_status.text() == f"serving on {server.url}",
+                    timeout=WAIT_MS)
+    assert _api(server, "wrong-token-wrong-token", "GET", "/status").status_code == 401
+
+    _stream(qtbot, win, astronaut_path)
+    token = s.token
+    status = _api(server, token, "GET", "/status")
+    assert status.status_code == 200 and status.json()["running"] is True
+    # what the API changes, the window shows
+    assert _api(server, token, "POST", "/guard", {"mode": "hold"}).status_code == 200
+    qtbot.waitUntil(lambda: s.guard_mode.currentData() == "hold", timeout=WAIT_MS)
+    assert win.config.guard.mode == "hold" and s.hold_frames.isEnabled()
+    assert _api(server, token, "POST", "/swap", {"on": False}).status_code == 200
+    qtbot.waitUntil(lambda: not win.swap_box.isChecked(), timeout=WAIT_MS)
+    assert _api(server, token, "POST", "/preset", {"name": "hanks"}).status_code == 200
+    qtbot.waitUntil(lambda: win.picker.analysis is not None
+                    and win.picker.analysis.path.name == f"Hanks{hanks_path.suffix}"
+                    and win.presets.list.item(0).text() == "1  Hanks (active)",
+                    timeout=WAIT_MS)
+    assert s.guard_mode.currentData() == "blur"  # the preset's guard
+    engine = factory.built[-1]
+    qtbot.wait(3 * METRICS_MS)  # the picker's load is not handed back to the session
+    assert engine.used[-1][2].endswith(f"Hanks{hanks_path.suffix}")
+    assert not win.session.preset_modified
+
+    # switched off in the panel: no longer served
+    s.control_enabled.setChecked(False)
+    qtbot.waitUntil(lambda: win.session.control is None and s.control_status.text() == "off",
+                    timeout=WAIT_MS)
+    with pytest.raises(requests.ConnectionError):
+        _api(server, token, "GET", "/status")
+    _close(qtbot, win)
+
+
+def test_a_control_api_switched_on_in_the_panel_makes_its_token_beside_the_settings(
+        qtbot: Any, tmp_path: Path, analyser: Any) -> None:
+    win = _window(qtbot, tmp_path, analyser, engine_factory=_CountingFactory())
+    s = win.settings
+    assert s.token == "" and not s.token_copy.isEnabled()
+    qtbot.wait(METRICS_MS)
+    assert not (tmp_path / "control-token").exists()  # nothing made while it is off
+    s.control_port.setValue(0)
+    s.control_enabled.setChecked(True)
+    qtbot.waitUntil(lambda: win.session.control is not None and bool(s.token),
+                    timeout=WAIT_MS)
+    assert s.token == read_token(tmp_path / "control-token") and s.token_copy.isEnabled()
+    s.control_host.setText("0.0.0.0")
+    assert s.control_warning.isHidden()
+    s.control_host.editingFinished.emit()
+    assert not s.control_warning.isHidden() and "network" in s.control_warning.text()
+    _close(qtbot, win)
+
+
+def test_auto_runs_the_engine_fetched_models_make_it_at_the_next_start(
+        qtbot: Any, tmp_path: Path, analyser: Any, astronaut_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Models fetched in the Models dialog while the app is open: "auto" showed "auto
+    (neural)" but the engine kept from the last run stayed classic until a reload."""
+    monkeypatch.setattr("livefuse_ui.main_window.device_choices", lambda: (("auto", "auto"),))
+    factory = _CountingFactory()
+    win = _window(qtbot, tmp_path, analyser, engine_factory=factory, source_factory=_pattern)
+    qtbot.waitUntil(lambda: win.settings.engine.currentText() == "auto (classic)",
+                    timeout=WAIT_MS)
+    _stream(qtbot, win, astronaut_path)
+    assert win.built_engine == "classic" and len(factory.built) == 1
+    win.stop()
+    qtbot.waitUntil(lambda: win.idle and not win.session.running, timeout=WAIT_MS)
+
+    # the models dialog fetched the neural models
+    monkeypatch.setattr("livefuse.models.engine_choice.neural_models_present",
+                        lambda directory=None: True)
+    monkeypatch.setattr("livefuse_ui.main_window.models_error", lambda config: None)
+    win.check_models()
+    qtbot.waitUntil(lambda: win.settings.engine.currentText() == "auto (neural)",
+                    timeout=WAIT_MS)
+    assert "auto now runs the neural engine" in win.statuses[-1]
+    shown = win.preview.frames_shown
+    assert win.start()
+    qtbot.waitUntil(lambda: win.preview.frames_shown > shown + 2, timeout=WAIT_MS)
+    assert win.built_engine == "neural" and len(factory.built) == 2
+    assert win.session.engine is factory.built[-1]
+    _close(qtbot, win)
+
+
+def test_the_token_made_before_is_shown_while_the_api_is_off(
+        qtbot: Any, tmp_path: Path, analyser: Any) -> None:
+    token = load_or_create_token(tmp_path / "control-token")  # e.g. `livefuse control-token`
+    win = _window(qtbot, tmp_path, analyser, engine_factory=_CountingFactory())
+    qtbot.waitUntil(lambda: win.settings.token == token, timeout=WAIT_MS)
+    assert win.session.control is None and win.settings.token_copy.isEnabled()
+    _close(qtbot, win)
+
+
+def test_an_edit_never_undoes_what_the_control_api_changed_meanwhile(
+        qtbot: Any, tmp_path: Path, analyser: Any, astronaut_path: Path) -> None:
+    """A Stream Deck key turns the guard on; a moment later, before the window has shown it,
+    the user steps a spin box: the window's settings were handed over whole, and the guard
+    went off again without a word."""
+    win = _window(qtbot, tmp_path, analyser, engine_factory=_CountingFactory(),
+                  source_factory=_pattern)
+    _stream(qtbot, win, astronaut_path)
+    session, runner = win.session, win.session.runner
+    assert runner is not None
+    session.set_guard("blur")  # as POST /guard does, from outside the window
+    win.settings.detect_every.setValue(5)  # the window still shows the guard off
+    qtbot.waitUntil(lambda: win.idle and runner.config.engine.detect_every == 5,
+                    timeout=WAIT_MS)
+    assert session.config.guard.mode == "blur" and runner.config.guard.mode == "blur"
+    qtbot.waitUntil(lambda: win.settings.guard_mode.currentData() == "blur", timeout=WAIT_MS)
+    assert win.config == session.config
+    _close(qtbot, win)

@@ -7,10 +7,20 @@ chosen face and the window geometry.
 
 Threads: the widgets live on the GUI thread and only hand values over. Every session call (start,
 stop, apply, a new source face) runs on one serial control thread (:class:`SerialWorker`), in
-order, so the GUI never waits for a thread join, a camera switch or a face detection. The camera
-opens on the session's capture thread and the engine is built on its inference thread; preview
-frames and status lines come back through :class:`RunnerBridge`; metrics are read, the photo
-analysed and the settings written on the thread pool.
+order, so the GUI never waits for a thread join, a camera switch or a face detection. The engine
+is built at Start on the control thread (``Session.prepare``, then the presets' photos are
+prepared on it), and again on the inference thread when a setting needs other models; the camera
+opens on the session's capture thread; preview frames and status lines come back through
+:class:`RunnerBridge`; metrics are read, the photo analysed and the settings written on the
+thread pool.
+
+On stream (design.md §9): the presets panel lists ``Session.presets`` (the ``presets`` folder beside
+the settings file) numbered as Ctrl+1..9 switch them; a switch, save, rename or delete runs on the
+control thread (a switch blocks until the inference thread took it at a frame boundary), and a
+refused preset is said in the banner while the stream keeps what it had. The control API serves
+when its setting is on (its token beside the settings file). Whatever changed the session (a
+preset, the control API's requests), the window follows it: the metrics timer compares
+``Session.revision`` and reads the settings, preset, source photo and swap again when it moved.
 
 Telling the user: every status line goes to the status bar (one line, shortened with "…" when
 it must be, the whole text in its tooltip) and to the log (View ▸ Log, every line in full). A
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 import threading
 import time
@@ -32,9 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tomli_w
 from livefuse_ui.bridge import RunnerBridge
 from livefuse_ui.models_dialog import ModelsDialog
+from livefuse_ui.presets_panel import NO_SOURCE, SHORTCUT_PRESETS, PresetsPanel
 from livefuse_ui.preview import OverlayInfo, PreviewWidget
 from livefuse_ui.settings_panel import SettingsPanel
 from livefuse_ui.source_picker import SharedAnalyser, SourcePicker, choose_image
@@ -77,7 +90,9 @@ from livefuse.config import (
     load_config,
     save_config,
 )
+from livefuse.control import load_or_create_token, read_token, token_path
 from livefuse.errors import LivefuseError, NoFaceError
+from livefuse.faces.tracking import iou
 from livefuse.imaging import LoadedImage, atomic_write_bytes, load_image
 from livefuse.io.sources import Source, v4l2_devices
 from livefuse.live import EngineFactory, EngineLike, default_engine_factory
@@ -85,6 +100,7 @@ from livefuse.metrics import MetricsSnapshot
 from livefuse.models.download import ModelMissingError, ModelVerifyError
 from livefuse.models.engine_choice import EngineChoice, models_error, resolve_engine
 from livefuse.precision import device_choices
+from livefuse.presets import Preset, PresetError, PresetStore
 from livefuse.session import Session, build_source
 
 log = logging.getLogger("livefuse_ui")
@@ -94,6 +110,7 @@ APPLY_DELAY_MS = 300  # settings edits are handed to the session once they pause
 SAVE_DELAY_MS = 300
 QUIT_JOIN_S = 10.0  # at quit: the session stop (threads, sinks, a recording's last write)
 START_SHORTCUTS = ("Space", "Ctrl+R")
+SAME_FACE_IOU = 0.5  # the picker shows the session's face when its box overlaps this well
 LOG_LINES = 2000  # the log view keeps this many status lines
 RECORD_FILTER = "Videos (*.mp4 *.mkv *.mov)"
 
@@ -146,8 +163,9 @@ def write_settings(cfg: AppConfig, state: GuiState, path: Path) -> None:
 
 
 def app_engine_factory(analyser: SharedAnalyser) -> EngineFactory:
-    """The session's engine factory (called on the inference thread at start and when a setting
-    needs the models loaded again): the classic engine reuses the app's one dlib analyser."""
+    """The session's engine factory (called on the control thread at Start, on the inference
+    thread when a setting needs the models loaded again): the classic engine reuses the app's
+    one dlib analyser."""
 
     def build(config: AppConfig) -> EngineLike:
         if resolve_engine(config.engine).engine == "classic":
@@ -200,6 +218,10 @@ def is_text_field(widget: QWidget | None) -> bool:
     return False
 
 
+class _ModelsMissing(PresetError):
+    """A preset refused because its settings need model files that are not usable."""
+
+
 class _SpaceToStart(QObject):
     """Application-wide event filter: Space starts/stops wherever the focus is in the window,
     except in a text field. Without it a focused button, check box or list takes Space for
@@ -242,8 +264,8 @@ class MainWindow(QMainWindow):
             beside it holds the window's own state.
         source_factory: ``CaptureConfig -> Source`` (tests inject fakes); called on the
             control thread.
-        engine_factory: ``AppConfig -> engine``, called on the inference thread (default: the
-            project's Engine, the classic one sharing the app's dlib analyser).
+        engine_factory: ``AppConfig -> engine``, called on the control or the inference thread
+            (default: the project's Engine, the classic one sharing the app's dlib analyser).
         analyser: the dlib analyser to share (built on first use by default).
         models_directory: for the models dialog.
         vcam_backend: pyvirtualcam backend name (``None``: the OS's own).
@@ -265,6 +287,7 @@ class MainWindow(QMainWindow):
         self.reference: LoadedImage | None = None
         self._banner_models = False  # the banner is about model files (Manage models fixes it)
         self._banner_settings = False  # ... and it is the warning about the settings shown
+        self._banner_preset = False  # ... and it says why a preset was refused
         self._devices_asked = False  # torch's devices are listed once, for the neural engine
         self._running = False
         self._metrics_busy = False
@@ -276,15 +299,23 @@ class MainWindow(QMainWindow):
         # below is built from.
         self.config, load_error = self._load_config()
         self._in_force = self.config  # the last config the session took
+        self._apply_whole = False  # the next apply hands the config over whole
         self.state = load_gui_state(gui_state_path(self.config_path))
 
         self.bridge = RunnerBridge(self)
         self.bridge.frame_ready.connect(self._show_frame)
         self.bridge.status.connect(self._on_status)
+        self._engine_factory = engine_factory or app_engine_factory(self.analyser)
+        self.built_engine: str | None = None  # what the session's engine was built to run
+        folder = self.config_path.parent
+        self.token_file = token_path(folder)
         self.session = Session(self.config, on_status=self.bridge.on_status,
-                               on_frame=self.bridge.on_frame,
-                               engine_factory=engine_factory or app_engine_factory(self.analyser),
-                               source_factory=source_factory, vcam_backend=vcam_backend)
+                               on_frame=self.bridge.on_frame, engine_factory=self._build_engine,
+                               source_factory=source_factory, vcam_backend=vcam_backend,
+                               presets=PresetStore(folder / "presets"),
+                               token_file=self.token_file)
+        self._seen_revision = self.session.revision
+        self._echo_source: Path | None = None  # a photo the picker loads to follow the session
         self._control = SerialWorker("livefuse-ui-session", self)
 
         self.preview = PreviewWidget()
@@ -299,6 +330,17 @@ class MainWindow(QMainWindow):
         self.mirror.setToolTip("Flip the preview only (never the virtual camera or a "
                                "recording). Default: on for a camera, off for a video file")
         self.mirror.toggled.connect(self._mirror_toggled)
+        self.swap_box = QCheckBox("Swap faces")
+        self.swap_box.setChecked(True)
+        self.swap_box.setToolTip("Off: frames pass as they are, e.g. to show your own face for "
+                                 "a moment (with the privacy guard on, every face is hidden "
+                                 "instead). Ctrl+0; also POST /swap on the control API")
+        self.swap_box.toggled.connect(self.set_swap)
+        self.presets = PresetsPanel()
+        self.presets.switch_requested.connect(self.switch_preset)
+        self.presets.save_requested.connect(self.save_preset)
+        self.presets.rename_requested.connect(self.rename_preset)
+        self.presets.delete_requested.connect(self.delete_preset)
         self.start_button = QPushButton("Start")
         self.start_button.setToolTip("Start or stop (Space, or Ctrl+R)")
         self.start_button.clicked.connect(self.toggle_running)
@@ -310,6 +352,9 @@ class MainWindow(QMainWindow):
         src_box = QGroupBox("Source face")
         QVBoxLayout(src_box).addWidget(self.picker)
         sl.addWidget(src_box)
+        presets_box = QGroupBox("Presets")
+        QVBoxLayout(presets_box).addWidget(self.presets)
+        sl.addWidget(presets_box)
         sl.addWidget(self.input_box)
         sl.addWidget(self.settings)
         sl.addStretch(1)
@@ -322,7 +367,10 @@ class MainWindow(QMainWindow):
         guard_wheel(side, self._wheel_guard)
         column = QVBoxLayout()  # Start and the mirror switch stay visible however small the window
         column.addWidget(self.side_scroll, 1)
-        column.addWidget(self.mirror)
+        toggles = QHBoxLayout()
+        toggles.addWidget(self.swap_box)
+        toggles.addWidget(self.mirror)
+        column.addLayout(toggles)
         column.addWidget(self.start_button)
         self._build_banner()
         left = QVBoxLayout()
@@ -345,6 +393,7 @@ class MainWindow(QMainWindow):
 
         self._show_capture(self.config.capture)
         self._sync_mirror()
+        self._metrics_timer.start()  # metrics while running; the session's changes always
         app = QApplication.instance()
         self._space = _SpaceToStart(self)
         if app is not None:
@@ -358,6 +407,10 @@ class MainWindow(QMainWindow):
         run_async(list_cameras, self._cameras_listed)
         self._list_devices()
         self.check_models()
+        self.refresh_presets()
+        self._load_token()
+        if self.config.control.enabled:
+            self._open_control()
 
     # -- construction --------------------------------------------------------------------------
     def _timer(self, ms: int, slot: Callable[[], None], single: bool = True) -> QTimer:
@@ -401,13 +454,13 @@ class MainWindow(QMainWindow):
 
     def show_banner(self, text: str, models: bool = False) -> None:
         """Show ``text`` in full above the preview; ``models``: with Manage models…"""
-        self._banner_models, self._banner_settings = models, False
+        self._banner_models, self._banner_settings, self._banner_preset = models, False, False
         self.banner_text.setText(text)
         self.banner_models.setVisible(models)
         self.banner.show()
 
     def hide_banner(self) -> None:
-        self._banner_models = self._banner_settings = False
+        self._banner_models = self._banner_settings = self._banner_preset = False
         self.banner.hide()
 
     def _build_log(self) -> None:
@@ -505,6 +558,23 @@ class MainWindow(QMainWindow):
         log_action = self.log_dock.toggleViewAction()
         log_action.setShortcut(QKeySequence("Ctrl+L"))
         view.addAction(log_action)
+        presets = menu.addMenu("&Presets")
+        self.preset_actions: list[QAction] = []
+        for n in range(1, SHORTCUT_PRESETS + 1):
+            action = QAction(f"Preset {n}", self)
+            action.setShortcut(QKeySequence(f"Ctrl+{n}"))
+            action.triggered.connect(lambda _=False, n=n: self.switch_to_number(n))
+            presets.addAction(action)
+            self.preset_actions.append(action)
+        presets.addSeparator()
+        save = QAction("Save preset…", self)
+        save.setShortcut(QKeySequence("Ctrl+Shift+S"))
+        save.triggered.connect(self.presets.ask_save)
+        presets.addAction(save)
+        swap = QAction("Swap faces on/off", self)
+        swap.setShortcut(QKeySequence("Ctrl+0"))
+        swap.triggered.connect(self.swap_box.toggle)
+        presets.addAction(swap)
         models = menu.addMenu("&Models")
         manage = QAction("Manage models…", self)
         manage.triggered.connect(self.open_models)
@@ -559,22 +629,35 @@ class MainWindow(QMainWindow):
         """Hand the config to the session (control thread). Model files the new settings need
         are checked first: while running, settings that cannot load keep the stream as it is
         (the window goes back to the settings in force and says why); while stopped they are
-        kept, the banner says what is missing, and Start refuses until it is installed."""
-        self._apply_timer.stop()
-        cfg, session = self.config, self.session
+        kept, the banner says what is missing, and Start refuses until it is installed.
 
-        def job() -> LivefuseError | None:
-            problem = models_error(cfg.engine)
+        Only the window's own edits are handed over: a setting the session changed meanwhile
+        (the control API, a preset switched) and the window has not shown yet is kept
+        (:func:`rebase_edits`), so a spin box stepped a moment after a Stream Deck key never
+        turns the privacy guard back off."""
+        self._apply_timer.stop()
+        cfg, base, session = self.config, self._in_force, self.session
+        # after a refused apply the session may hold part of it: the settings in force go whole
+        whole, self._apply_whole = self._apply_whole, False
+
+        def job() -> tuple[AppConfig, LivefuseError | None]:
+            merged = cfg if whole else rebase_edits(cfg, base, session.config)
+            problem = models_error(merged.engine)
             if problem is not None and session.running:
                 raise problem
-            session.apply(cfg)
-            return problem
+            session.apply(merged)
+            return merged, problem
 
-        self._control.submit(job, done=lambda problem: self._applied(cfg, problem),
+        self._control.submit(job, done=lambda result: self._applied(cfg, *result),
                              failed=lambda exc: self._apply_failed(cfg, exc))
 
-    def _applied(self, cfg: AppConfig, problem: LivefuseError | None) -> None:
-        self._in_force = cfg
+    def _applied(self, cfg: AppConfig, merged: AppConfig,
+                 problem: LivefuseError | None) -> None:
+        self._in_force = merged
+        if merged != cfg and self.config is cfg:  # the session's own changes kept: shown
+            self._show_config(merged)
+        if not cfg.control.enabled:
+            self.settings.set_control_status("off")
         if problem is not None:
             text = (f"These settings need model files that are not usable yet: {problem}. "
                     "Start is refused until they are installed.")
@@ -592,6 +675,7 @@ class MainWindow(QMainWindow):
         self.show_banner(f"Settings not applied ({kept}): {exc}", models=models)
         if self.config is cfg:  # no newer edit: back to the settings in force, shown and held
             self._show_config(self._in_force)
+            self._apply_whole = True
             self._apply_timer.start()
 
     def _show_config(self, cfg: AppConfig) -> None:
@@ -688,6 +772,15 @@ class MainWindow(QMainWindow):
         dlg.show()
         return dlg
 
+    def _build_engine(self, config: AppConfig) -> EngineLike:
+        """The session's engine factory (the inference or the control thread): the app's, and
+        what it was built to run, so that a Start after models were fetched builds the engine
+        ``auto`` now resolves to (:meth:`start`)."""
+        kind = resolve_engine(config.engine).engine
+        engine = self._engine_factory(config)
+        self.built_engine = kind
+        return engine
+
     def _list_devices(self) -> None:
         """Ask torch for its devices (thread pool) once the neural engine is chosen: importing
         torch takes a second and ~300 MB, which the classic engine never needs."""
@@ -717,6 +810,11 @@ class MainWindow(QMainWindow):
         auto, problem = result
         self.settings.set_engine_choice(auto)
         self._list_devices()
+        built = self.built_engine
+        if self.config.engine.engine == "auto" and built is not None and auto.engine != built:
+            when = "from the next Start (Stop, then Start)" if self._running else "at Start"
+            self._on_status(f"auto now runs the {auto.engine} engine here ({auto.reason}); "
+                            f"it is used {when}")
         if problem is None and self._banner_models:
             self.hide_banner()
 
@@ -762,7 +860,12 @@ class MainWindow(QMainWindow):
 
     def _source_chosen(self, path: Path, index: int) -> None:
         analysis, face = self.picker.analysis, self.picker.face
+        echo, self._echo_source = self._echo_source, None
+        self.presets.set_can_save(face is not None)
         if analysis is None or face is None:
+            return
+        if echo is not None and _same_path(path, echo):
+            self._save_timer.start()  # the session chose this photo (a preset, the API)
             return
         image, session = analysis.image, self.session
         # The face itself, not its index: the engine's own detector may list faces in
@@ -770,6 +873,174 @@ class MainWindow(QMainWindow):
         self._control.submit(lambda: session.set_source_face(image, face=face),
                              failed=lambda exc: self._on_status(f"source face: {exc}"))
         self._save_timer.start()
+
+    # -- on stream: presets, swap, the control API ----------------------------------------------
+    def refresh_presets(self) -> None:
+        """Read the presets again (thread pool: they are files) and show them."""
+        run_async(self.session.presets.list, self._presets_listed,
+                  lambda exc: self._on_status(f"presets not read: {exc}"))
+
+    def _presets_listed(self, items: list[Preset | PresetError]) -> None:
+        if self._closed:
+            return
+        self.presets.set_presets(items)
+        self.presets.set_active(self.session.active_preset, self.session.preset_modified)
+        for n, action in enumerate(self.preset_actions, 1):
+            name = self.presets.name_at(n)
+            action.setText(f"&{n}  {name}" if name else f"Preset {n} (none)")
+
+    def switch_to_number(self, number: int) -> None:
+        """Ctrl+``number``: switch to the preset shown with that number."""
+        name = self.presets.name_at(number)
+        if name is None:
+            self._on_status(f"no preset {number}: the list has {len(self.presets.names())}")
+            return
+        self.switch_preset(name)
+
+    def switch_preset(self, name: str) -> None:
+        """Switch to a preset on the control thread (``Session.switch_preset`` blocks until the
+        inference thread took it at a frame boundary). A refused preset (photo gone, no face,
+        models missing) is said in the banner; the stream keeps what it had."""
+        if self._closed:
+            return
+        self.flush_settings()  # an edit made before the key press is not applied after it
+        self.presets.set_message(f"switching to {name}…")
+        cfg, session = self.config, self.session
+
+        def job() -> Preset:
+            preset = session.presets.load(name)
+            problem = models_error(preset.applied_to(cfg).effective_engine())
+            if problem is not None:  # refused before the stream waits for a model load
+                keeps = session.active_preset
+                raise _ModelsMissing(preset.name, f"refused: {problem}; the stream keeps "
+                                     + (f"preset '{keeps}'" if keeps else "its source face"))
+            return session.switch_preset(name)
+
+        self._control.submit(job, done=self._preset_switched,
+                             failed=lambda exc: self._preset_refused(name, exc))
+
+    def _preset_switched(self, preset: Preset) -> None:
+        self.presets.set_message("")
+        if self._banner_preset:
+            self.hide_banner()
+        self._follow_session()
+
+    def _preset_refused(self, name: str, exc: BaseException) -> None:
+        text = str(exc) if isinstance(exc, LivefuseError) else f"preset '{name}': {exc}"
+        self.presets.set_message(text, ok=False)
+        self._on_status(text)
+        self.show_banner(text, models=isinstance(exc, _ModelsMissing))
+        self._banner_preset = True
+
+    def save_preset(self, name: str, overwrite: bool = False) -> None:
+        """Save the source photo, chosen face and settings in use as preset ``name`` (control
+        thread, after any pending edit)."""
+        if self.picker.face is None:
+            self.presets.set_message(NO_SOURCE, ok=False)
+            return
+        self.flush_settings()
+        session = self.session
+        self._control.submit(lambda: session.save_preset(name, overwrite=overwrite),
+                             done=lambda p: self._presets_changed(f"preset saved: {p.name}"),
+                             failed=self._preset_failed)
+
+    def rename_preset(self, old: str, new: str) -> None:
+        session = self.session
+        self._control.submit(lambda: session.rename_preset(old, new),
+                             done=lambda n: self._presets_changed(f"preset renamed: {old} → {n}"),
+                             failed=self._preset_failed)
+
+    def delete_preset(self, name: str) -> None:
+        session = self.session
+        self._control.submit(lambda: session.delete_preset(name),
+                             done=lambda _: self._presets_changed(f"preset deleted: {name}"),
+                             failed=self._preset_failed)
+
+    def _presets_changed(self, text: str) -> None:
+        self.presets.set_message("")
+        self._on_status(text)
+        self.refresh_presets()
+
+    def _preset_failed(self, exc: BaseException) -> None:
+        self.presets.set_message(str(exc), ok=False)
+        self._on_status(str(exc))
+        self.refresh_presets()
+
+    def set_swap(self, on: bool) -> None:
+        """Swap faces or pass frames as they are (``Session.set_swap``, from the next frame)."""
+        if self.swap_box.isChecked() != on:
+            self.swap_box.setChecked(on)  # comes back here through toggled
+            return
+        session = self.session
+        self._control.submit(lambda: session.set_swap(on))
+        self._on_status("swap on" if on else "swap off: faces pass as they are"
+                        + (" (the privacy guard hides them)"
+                           if self.config.guard.mode != "off" else ""))
+        self._update_overlay()
+
+    def _follow_session(self) -> None:
+        """Show what the session runs when it changed (a preset switched, the control API's
+        requests): settings, preset, source photo and swap. Waits while an edit of the window's
+        own is on its way (the session's older settings would undo it on screen)."""
+        session = self.session
+        revision = session.revision
+        if revision == self._seen_revision or not self.idle or self._closed:
+            return
+        self._seen_revision = revision
+        cfg = session.config
+        if cfg != self.config:
+            self._in_force = cfg
+            self._show_config(cfg)
+        if self.swap_box.isChecked() != session.swap_on:
+            self.swap_box.blockSignals(True)
+            self.swap_box.setChecked(session.swap_on)
+            self.swap_box.blockSignals(False)
+        self._follow_source(session.source_path, session.source_face_box)
+        self.refresh_presets()
+        self._update_overlay()
+
+    def _follow_source(self, path: Path | None, box: tuple[float, ...] | None) -> None:
+        """Show the session's source photo and face in the picker (loaded there without being
+        handed back to the session)."""
+        if path is None:
+            return
+        analysis, face = self.picker.analysis, self.picker.face
+        if analysis is not None and _same_path(analysis.path, path) and (
+                box is None or (face is not None and
+                                iou(face.bbox, np.asarray(box, np.float32)) >= SAME_FACE_IOU)):
+            return
+        self._echo_source = path
+        self.picker.load(path, prefer_box=box or ())
+
+    def _load_token(self) -> None:
+        """Show the control API's token (thread pool: a file, made on first use only when the
+        API is on)."""
+        path, enabled = self.token_file, self.config.control.enabled
+
+        def job() -> str | None:
+            if path.exists():
+                return read_token(path)
+            return load_or_create_token(path) if enabled else None
+
+        run_async(job, self._token_loaded,
+                  lambda exc: None if self._closed else self.settings.set_token(None, str(exc)))
+
+    def _token_loaded(self, token: str | None) -> None:
+        if not self._closed:
+            self.settings.set_token(token)
+
+    def _open_control(self) -> None:
+        """Serve the control API (control thread); the status line says where, or why not."""
+        session = self.session
+        self._control.submit(session.open_control,
+                             failed=lambda exc: self._on_status(f"control API off: {exc}"))
+
+    def changeEvent(self, event: QEvent) -> None:
+        # presets saved meanwhile by `livefuse presets save` show when the window is back
+        if event.type() == QEvent.Type.ActivationChange and self.isActiveWindow() \
+                and not self._closed:
+            self.refresh_presets()
+        super().changeEvent(event)
 
     # -- running -------------------------------------------------------------------------------
     @property
@@ -789,8 +1060,8 @@ class MainWindow(QMainWindow):
             self.start()
 
     def start(self) -> bool:
-        """Start the session (returns at once: it starts on the control thread, the camera opens
-        on the capture thread, the engine is built on the inference thread).
+        """Start the session (returns at once: the engine is built and the presets prepared on
+        the control thread, the camera opens on the capture thread).
 
         Returns:
             ``False`` (with a status line) when something is missing.
@@ -815,26 +1086,40 @@ class MainWindow(QMainWindow):
         self._capture_open, self._opened = False, ""
         self.frames_since_start = 0
         self.start_button.setText("Stop")
-        self._metrics_timer.start()
         self._set_input_status(f"{self._input_name()}: opening…")
         self._on_status(f"starting: {self._input_name()}")
         cfg, session = self.config, self.session
 
-        def start() -> None:
+        def start() -> dict[str, str | None]:
             # After the queued apply: the model files these settings load, all named at once,
             # before any thread starts (the inference thread would fail on the first one only).
             problem = models_error(cfg.engine)
             if problem is not None:
                 raise problem
+            if session.engine is not None and \
+                    resolve_engine(cfg.engine).engine != self.built_engine:
+                session.drop_engine()  # `auto` resolves otherwise since models were fetched
+            # Built here, not on the inference thread: a model or a source photo that fails
+            # says so before any device opens, and the presets' photos are prepared on it so
+            # that Ctrl+N runs no detection.
+            session.prepare()
+            ready = session.preload_presets() if session.presets.names() else {}
             session.start()
+            return ready
 
-        self._control.submit(start, failed=self._start_failed)
+        self._control.submit(start, done=self._started, failed=self._start_failed)
         return True
+
+    def _started(self, ready: dict[str, str | None]) -> None:
+        if ready:
+            good = [name for name, why in ready.items() if why is None]
+            bad = [f"{name}: {why}" for name, why in ready.items() if why is not None]
+            self._on_status(f"presets ready: {', '.join(good) or 'none'}"
+                            + (f"; not prepared: {'; '.join(bad)}" if bad else ""))
 
     def _start_failed(self, exc: BaseException) -> None:
         self._running = False
         self.start_button.setText("Start")
-        self._metrics_timer.stop()
         self._set_input_status("")
         self._on_status(f"cannot start: {exc}")
         self.show_banner(f"Cannot start: {exc}",
@@ -853,7 +1138,6 @@ class MainWindow(QMainWindow):
         if not self._running:
             return
         self._running = False
-        self._metrics_timer.stop()
         self.start_button.setText("Start")
         self._set_input_status("")
         session = self.session
@@ -873,6 +1157,7 @@ class MainWindow(QMainWindow):
             log.info("preview: first frame (%dx%d)", item[0].width(), item[0].height())
 
     def _poll_metrics(self) -> None:
+        self._follow_session()
         if not self._running or self._metrics_busy:
             return
         self._metrics_busy = True
@@ -895,7 +1180,10 @@ class MainWindow(QMainWindow):
         return self.session.precision_in_use
 
     def _update_overlay(self) -> None:
-        self.preview.set_metrics(self.last_metrics, OverlayInfo(precision=self.precision_in_use()))
+        session = self.session
+        self.preview.set_metrics(self.last_metrics, OverlayInfo(
+            precision=self.precision_in_use(), preset=session.active_preset or "",
+            modified=session.preset_modified, swap=session.swap_on))
 
     def _input_name(self) -> str:
         c = self.config.capture
@@ -950,6 +1238,12 @@ class MainWindow(QMainWindow):
         self.log_view.appendPlainText(f"{time.strftime('%H:%M:%S')}  {shown or text}")
         if text.startswith("engine error: ") and self._running and self.session.engine is None:
             self._engine_failed(text)
+        if text.startswith("control API on "):
+            self.settings.set_control_status(f"serving on {text.removeprefix('control API on ')}")
+            if not self.settings.token:
+                self._load_token()  # made just now, on first use
+        elif text.startswith("control API off: "):
+            self.settings.set_control_status(text.removeprefix("control API off: "), ok=False)
         if text.startswith("virtual camera"):
             ok = text.startswith(("virtual camera on", "virtual camera off"))
             hint = "" if ok else (
@@ -980,6 +1274,7 @@ class MainWindow(QMainWindow):
         # After whatever is queued (the last edit included), in order.
         self._control.submit(lambda: session.apply(cfg))
         self._control.submit(lambda: session.stop(2.0))
+        self._control.submit(session.close_control)
         joined = self._control.close(QUIT_JOIN_S)
         if not joined:
             print("livefuse: the session did not stop in time", file=sys.stderr)
@@ -998,6 +1293,30 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
+def rebase_edits(mine: AppConfig, base: AppConfig, live: AppConfig) -> AppConfig:
+    """The settings to hand to the session: ``live`` (what it runs now) with every setting the
+    window changed since ``base`` (what it last knew the session ran) set to the window's value.
+    A setting changed by someone else meanwhile and not by the window stays as ``live`` has it.
+
+    Raises:
+        ConfigError: the merged settings are invalid.
+    """
+    if live == base:
+        return mine
+    sections = {}
+    for section in dataclasses.fields(AppConfig):
+        m, b, lv = (getattr(c, section.name) for c in (mine, base, live))
+        edits = {f.name: getattr(m, f.name) for f in dataclasses.fields(m)
+                 if getattr(m, f.name) != getattr(b, f.name)}
+        sections[section.name] = dataclasses.replace(lv, **edits)
+    return dataclasses.replace(live, **sections).validate()
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    """Whether two spellings name the same file, without touching the disk (GUI thread)."""
+    return os.path.normcase(os.path.abspath(a)) == os.path.normcase(os.path.abspath(b))
+
+
 def _join_session_threads(timeout: float, names: Sequence[str] = ("livefuse",)) -> bool:
     """Wait for the session's helper threads (e.g. a removed virtual camera still closing);
     ``True`` when none is left."""
@@ -1012,4 +1331,4 @@ def _join_session_threads(timeout: float, names: Sequence[str] = ("livefuse",)) 
 
 
 __all__ = ["GuiState", "MainWindow", "app_engine_factory", "is_text_field", "list_cameras",
-           "load_gui_state", "write_settings"]
+           "load_gui_state", "rebase_edits", "write_settings"]

@@ -1,7 +1,9 @@
 """The preview widget: the latest processed frame, scaled to fit, under a metrics overlay.
 
 The overlay is painted on this widget only; the frames that reach the virtual camera never carry it
-(the widget receives its own copy of each frame and never writes into it).
+(the widget receives its own copy of each frame and never writes into it). Besides the metrics it
+says what a streamer must know at a glance: the preset in use, a swap that is off, and what the
+privacy guard does (drawn in amber while it hides a face).
 """
 
 from __future__ import annotations
@@ -35,14 +37,35 @@ def frame_to_qimage(frame: np.ndarray) -> QImage:
 @dataclass(frozen=True)
 class OverlayInfo:
     """What the overlay shows besides the metrics: the precision actually in use (``fp16``,
-    ``fp32 (fallback)``, ``classic``) and the input's name."""
+    ``fp32 (fallback)``, ``classic``), the input's name, the active preset (``""``: none;
+    ``modified``: a setting changed since) and whether faces are swapped."""
 
     precision: str = "-"
     source: str = ""
+    preset: str = ""
+    modified: bool = False
+    swap: bool = True
+
+
+SWAP_OFF = "swap OFF: faces pass as they are"
+GUARD_ALERT = QColor(255, 196, 0)  # the guard line while it hides a face
 
 
 def overlay_lines(snap: MetricsSnapshot | None, info: OverlayInfo) -> list[str]:
-    """The overlay text: fps, latency p50/p95 (ms), VRAM (MiB), cache hit rate, precision."""
+    """The overlay text: fps, latency p50/p95 (ms), VRAM (MiB), cache hit rate, precision; the
+    privacy guard's state while it is on (:meth:`livefuse.guard.GuardState.line`); the preset
+    and a swap that is off."""
+    lines = _metric_lines(snap, info)
+    if snap is not None and snap.guard.mode != "off":
+        lines.append(snap.guard.line())
+    if info.preset:
+        lines.append(f"preset {info.preset}" + (" (changed)" if info.modified else ""))
+    if not info.swap:
+        lines.append(SWAP_OFF)
+    return lines
+
+
+def _metric_lines(snap: MetricsSnapshot | None, info: OverlayInfo) -> list[str]:
     if snap is None:
         return ["waiting for frames", f"precision {info.precision}"]
     lat = ("latency -" if snap.latency_p50_ms is None else
@@ -167,11 +190,14 @@ class PreviewWidget(QWidget):
         p.setPen(Qt.PenStyle.NoPen)
         p.setBrush(QColor(0, 0, 0, 170))
         p.drawRoundedRect(box, 4, 4)
-        p.setPen(QColor(235, 235, 235))
         y = box.top() + pad + fm.ascent()
+        guard = self._snap.guard if self._snap is not None else None
         for s in lines:
+            alert = s == SWAP_OFF or (guard is not None and guard.active and
+                                      s == guard.line())
+            p.setPen(GUARD_ALERT if alert else QColor(235, 235, 235))
             p.drawText(int(box.left() + pad), int(y), s)
             y += fm.height()
 
 
-__all__ = ["OverlayInfo", "PreviewWidget", "frame_to_qimage", "overlay_lines"]
+__all__ = ["SWAP_OFF", "OverlayInfo", "PreviewWidget", "frame_to_qimage", "overlay_lines"]

@@ -1,4 +1,5 @@
-"""The settings panel: the engine, target-face, cache and output parts of an AppConfig.
+"""The settings panel: the engine, target-face, privacy-guard, cache, output and control-API
+parts of an AppConfig.
 
 Every choice list comes from ``livefuse.config`` (``*_CHOICES``), so the CLI and the GUI can never
 disagree about what is allowed; the devices come from the engine package
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -29,6 +31,7 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QPushButton,
@@ -39,16 +42,20 @@ from PySide6.QtWidgets import (
 
 from livefuse.config import (
     BACKEND_CHOICES,
+    CONTROL_HOST,
     ENGINE_REQUEST_CHOICES,
     ENHANCER_CHOICES,
     FACE_MASK_REGION_CHOICES,
     FACE_MASK_TYPE_CHOICES,
     FACE_SELECTOR_CHOICES,
+    GUARD_CHOICES,
     PIXEL_BOOST_CHOICES,
     PRECISION_CHOICES,
     ROTATION_CHOICES,
     AppConfig,
     CacheConfig,
+    ControlConfig,
+    GuardConfig,
 )
 from livefuse.errors import ConfigError
 from livefuse.models.engine_choice import EngineChoice
@@ -93,6 +100,22 @@ def _select(box: QComboBox, value: str, label: str | None = None) -> None:
         box.addItem(label or value, value)
         idx = box.count() - 1
     box.setCurrentIndex(idx)
+
+
+GUARD_TIPS = {
+    "off": "off: a face the tracker loses or does not swap shows as it is",
+    "blur": "blur: pixelate every face that is not swapped (a lost face's last known place, "
+            "grown with its motion)",
+    "hold": "hold: repeat the last fully swapped frame for up to the frames set below, then "
+            "blur",
+}
+GUARD_TIP = ("Never show a real face: a face that was being swapped and is lost, or a face "
+             "found but not swapped, is hidden. While on, the detector runs on every frame")
+LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
+NOT_LOCAL_WARNING = ("Not only this computer: anyone on that network who has the token can "
+                     "control the stream, and plain HTTP carries the token unencrypted")
+NO_TOKEN = "none yet"
+ANY_PORT = "any free port"
 
 
 KEEP_MOUTH_TIP = ("The neural engine keeps the mouth with the face parser: tick the region mask "
@@ -173,6 +196,29 @@ class SettingsPanel(QWidget):
         self.record_label.setWordWrap(True)
         self.record_button = QPushButton("Choose file…")
         self.record_button.clicked.connect(self.record_path_requested)
+        self.guard_mode = _combo(GUARD_CHOICES)
+        self.hold_frames = QSpinBox()
+        self.hold_frames.setRange(1, 600)
+        self.hold_frames.setSuffix(" frames")
+        self.control_enabled = QCheckBox("Serve the control API")
+        self.control_host = QLineEdit()
+        self.control_port = QSpinBox()
+        self.control_port.setRange(0, 65535)
+        self.control_port.setSpecialValueText(ANY_PORT)
+        self.control_token = QLineEdit()
+        self.control_token.setReadOnly(True)
+        self.control_token.setEchoMode(QLineEdit.EchoMode.Password)
+        self.control_token.setPlaceholderText(NO_TOKEN)
+        self.token_show = QCheckBox("Show")
+        self.token_show.toggled.connect(self._show_token)
+        self.token_copy = QPushButton("Copy")
+        self.token_copy.setEnabled(False)
+        self.token_copy.clicked.connect(self.copy_token)
+        self.control_status = QLabel("off")
+        self.control_status.setWordWrap(True)
+        self.control_warning = QLabel(NOT_LOCAL_WARNING)
+        self.control_warning.setWordWrap(True)
+        self.control_warning.setStyleSheet("color: #b9770e")
         self.error = QLabel("")
         self.error.setStyleSheet("color: #c0392b")
         self.error.setWordWrap(True)
@@ -206,6 +252,23 @@ class SettingsPanel(QWidget):
                                  "livefuse models fetch NAME); with the cache on it runs on "
                                  "cache misses only")
         self.enhancer_blend.setToolTip("How much of the enhancer's output is used")
+        self.guard_mode.setToolTip(GUARD_TIP)
+        for i, choice in enumerate(GUARD_CHOICES):
+            self.guard_mode.setItemData(i, GUARD_TIPS.get(choice, choice),
+                                        Qt.ItemDataRole.ToolTipRole)
+        self.hold_frames.setToolTip("hold: how many frames in a row the last swapped frame may "
+                                    "be repeated before the guard blurs instead")
+        self.control_enabled.setToolTip("A local HTTP API for a Stream Deck (Bitfocus "
+                                        "Companion), an OBS script or a hotkey daemon: switch "
+                                        "presets, swap on/off, the privacy guard, the source "
+                                        "photo. Every request needs the token below")
+        self.control_host.setToolTip("The address to listen on: 127.0.0.1 (this computer "
+                                     "only) unless you name another")
+        self.control_port.setToolTip("The TCP port (http://HOST:PORT/status)")
+        self.control_token.setToolTip("Send it as 'Authorization: Bearer TOKEN' (also printed "
+                                       "by `livefuse control-token`; `--new` replaces it). "
+                                       "Made when the API is first switched on")
+        self.token_copy.setToolTip("Copy the token to the clipboard")
 
         engine_box = QGroupBox("Engine")
         ef = QFormLayout(engine_box)
@@ -235,6 +298,10 @@ class SettingsPanel(QWidget):
         ff.addRow("Enhancer", self.enhancer)
         ff.addRow("Blend", self.enhancer_blend)
         self.face_box = face_box
+        guard_box = QGroupBox("Privacy guard")
+        gf = QFormLayout(guard_box)
+        gf.addRow("Guard", self.guard_mode)
+        gf.addRow("Hold up to", self.hold_frames)
         cache_box = QGroupBox("Cache")
         cf = QFormLayout(cache_box)
         cf.addRow(self.cache_enabled)
@@ -247,22 +314,38 @@ class SettingsPanel(QWidget):
         of.addRow(self.record)
         of.addRow("File", self.record_label)
         of.addRow(self.record_button)
+        control_box = QGroupBox("Control API (Stream Deck, scripts)")
+        kf = QFormLayout(control_box)
+        kf.addRow(self.control_enabled)
+        kf.addRow("Address", self.control_host)
+        kf.addRow("Port", self.control_port)
+        token_row = QHBoxLayout()
+        token_row.addWidget(self.control_token, 1)
+        token_row.addWidget(self.token_show)
+        token_row.addWidget(self.token_copy)
+        kf.addRow("Token", token_row)
+        kf.addRow("Status", self.control_status)
+        kf.addRow(self.control_warning)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        for w in (engine_box, targets_box, face_box, cache_box, out_box, self.error):
+        # the guard first: what a streamer must see is on before going live
+        for w in (guard_box, engine_box, targets_box, face_box, cache_box, out_box,
+                  control_box, self.error):
             lay.addWidget(w)
 
         self.set_devices([])
         self.set_config(config or AppConfig())
         for combo in (self.engine, self.device, self.precision, self.backend, self.rotation,
-                      self.pixel_boost, self.enhancer, self.face_selector):
+                      self.pixel_boost, self.enhancer, self.face_selector, self.guard_mode):
             combo.currentIndexChanged.connect(self._edited)
         for spin in (self.threshold, self.refresh, self.detect_every, self.mask_blur,
-                     self.enhancer_blend, self.face_index):
+                     self.enhancer_blend, self.face_index, self.hold_frames,
+                     self.control_port):
             spin.valueChanged.connect(self._edited)
         for check in (self.cache_enabled, self.keep_mouth, self.vcam, self.smooth,
-                      *self.masks.values()):
+                      self.control_enabled, *self.masks.values()):
             check.toggled.connect(self._edited)
+        self.control_host.editingFinished.connect(self._host_edited)
         self.record.toggled.connect(self._record_toggled)
         self.regions.itemChanged.connect(self._edited)
 
@@ -271,7 +354,8 @@ class SettingsPanel(QWidget):
                 self.refresh, self.detect_every, self.cache_enabled, self.keep_mouth, self.vcam,
                 self.rotation, self.smooth, self.pixel_boost, *self.masks.values(),
                 self.regions, self.mask_blur, self.enhancer, self.enhancer_blend,
-                self.face_selector, self.face_index, self.record)
+                self.face_selector, self.face_index, self.record, self.guard_mode,
+                self.hold_frames, self.control_enabled, self.control_host, self.control_port)
 
     # -- what the window hands in --------------------------------------------------------------
     def set_devices(self, devices: Sequence[tuple[str, str]]) -> None:
@@ -371,6 +455,11 @@ class SettingsPanel(QWidget):
             self.mask_blur.setValue(e.face_mask_blur)
             self.enhancer.setCurrentText(e.enhancer or NO_ENHANCER)
             self.enhancer_blend.setValue(round(e.enhancer_blend))
+            _select(self.guard_mode, cfg.guard.mode)
+            self.hold_frames.setValue(cfg.guard.hold_frames)
+            self.control_enabled.setChecked(cfg.control.enabled)
+            self.control_host.setText(cfg.control.host)
+            self.control_port.setValue(cfg.control.port)
         finally:
             for w in self._widgets():
                 w.blockSignals(False)
@@ -411,7 +500,13 @@ class SettingsPanel(QWidget):
         record = self._record_path if self.record.isChecked() and self._record_path else None
         output = dataclasses.replace(base.output, virtual_camera=self.vcam.isChecked(),
                                      record=record)
-        return dataclasses.replace(base, engine=engine, cache=cache, output=output).validate()
+        guard = GuardConfig(mode=self.guard_mode.currentData(),
+                            hold_frames=self.hold_frames.value())
+        control = ControlConfig(enabled=self.control_enabled.isChecked(),
+                                port=self.control_port.value(),
+                                host=self.control_host.text().strip())
+        return dataclasses.replace(base, engine=engine, cache=cache, output=output,
+                                   guard=guard, control=control).validate()
 
     def set_virtual_camera_status(self, text: str, ok: bool = True) -> None:
         """Show the virtual camera's state (device and size, or "missing"/"busy" with the fix)."""
@@ -420,6 +515,38 @@ class SettingsPanel(QWidget):
 
     def set_error(self, text: str) -> None:
         self.error.setText(text)
+
+    def set_token(self, token: str | None, error: str = "") -> None:
+        """Show the control API's token (read off the GUI thread by the window), or why it
+        cannot be read."""
+        self.control_token.setText(token or "")
+        self.control_token.setPlaceholderText(error or NO_TOKEN)
+        self.token_copy.setEnabled(bool(token))
+
+    @property
+    def token(self) -> str:
+        return self.control_token.text()
+
+    def copy_token(self) -> None:
+        """Put the token on the clipboard (never shown on screen unless asked: the window may
+        be on stream)."""
+        if self.token:
+            QGuiApplication.clipboard().setText(self.token)
+            self.control_status.setToolTip("token copied to the clipboard")
+
+    def _show_token(self, on: bool) -> None:
+        self.control_token.setEchoMode(QLineEdit.EchoMode.Normal if on
+                                       else QLineEdit.EchoMode.Password)
+
+    def set_control_status(self, text: str, ok: bool = True) -> None:
+        """Show whether the control API serves (its URL) or why not."""
+        self.control_status.setText(text)
+        self.control_status.setStyleSheet("" if ok else "color: #c0392b")
+
+    def _host_edited(self) -> None:
+        if not self.control_host.text().strip():
+            self.control_host.setText(CONTROL_HOST)  # an empty address means the default
+        self._edited()
 
     def _sync_enabled(self) -> None:
         on = self.cache_enabled.isChecked()
@@ -444,6 +571,9 @@ class SettingsPanel(QWidget):
         self.keep_mouth.setToolTip("" if not neural or region else KEEP_MOUTH_TIP)
         self.mask_blur.setEnabled(self.masks["box"].isChecked())
         self.enhancer_blend.setEnabled(self.enhancer.currentText() != NO_ENHANCER)
+        self.hold_frames.setEnabled(self.guard_mode.currentData() == "hold")
+        host = self.control_host.text().strip()
+        self.control_warning.setVisible(bool(host) and host not in LOCAL_HOSTS)
 
     def _edited(self) -> None:
         self._sync_enabled()

@@ -8,11 +8,18 @@ offered, its choice is selected first, and its notes ("tiny source face", ...) a
 The picker hands on the chosen :class:`~livefuse.types.Face` itself (box and keypoints), never an
 index: the neural engine detects with another detector whose faces come in another order, and
 matches the picked face by position.
+
+A photo analysed before (same path, size and modification time) is shown from a small memo: the
+app shares one dlib analyser between the picker and a classic engine, so every analysis delays a
+live frame's detection by its own length, and a streamer switching presets back and forth shows
+the same few photos again and again.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +48,7 @@ from livefuse.types import Face, FloatArray, Frame
 THUMB_PX = 96
 _MARGIN = 0.35  # share of the bbox added on each side of a thumbnail, so hair and chin show
 _SAME_FACE_IOU = 0.5  # a restored face box matches a candidate at least this well
+ANALYSES_KEPT = 16  # analysed photos kept (a decoded photo and a few thumbnails each)
 
 
 class _Serialized:
@@ -194,6 +202,9 @@ class SourcePicker(QWidget):
         self.analysis: SourceAnalysis | None = None
         self._prefer: Sequence[float] = ()
         self._generation = 0  # the newest load; an older one finishing later is dropped
+        self._memo: OrderedDict[tuple[str, int, int], SourceAnalysis] = OrderedDict()
+        self._memo_lock = threading.Lock()  # the jobs run on the thread pool
+        self.analyses = 0  # photos analysed (not taken from the memo)
         self.setAcceptDrops(True)
         self.button = QPushButton("Choose source photo…")
         self.button.clicked.connect(self.browse)
@@ -261,11 +272,34 @@ class SourcePicker(QWidget):
 
         def job() -> tuple[int, Path, SourceAnalysis | BaseException]:
             try:
-                return gen, Path(path), analyse_source(Path(path), analyser.get())
+                return gen, Path(path), self._analyse(Path(path), analyser)
             except Exception as exc:  # shown by the widget, like any unusable photo
                 return gen, Path(path), exc
 
         run_async(job, self._loaded)  # a bound method: dropped if the widget is gone
+
+    def _analyse(self, path: Path, analyser: SharedAnalyser) -> SourceAnalysis:
+        """:func:`analyse_source`, or the memo's analysis of the same file (thread pool)."""
+        try:
+            st = os.stat(path)
+            key: tuple[str, int, int] | None = (os.path.abspath(path), st.st_size,
+                                                st.st_mtime_ns)
+        except OSError:
+            key = None  # analyse_source says why the file cannot be read
+        if key is not None:
+            with self._memo_lock:
+                hit = self._memo.get(key)
+                if hit is not None:
+                    self._memo.move_to_end(key)
+                    return hit
+        result = analyse_source(path, analyser.get())
+        with self._memo_lock:
+            self.analyses += 1
+            if key is not None and result.candidates:
+                self._memo[key] = result
+                while len(self._memo) > ANALYSES_KEPT:
+                    self._memo.popitem(last=False)
+        return result
 
     def _loaded(self, payload: tuple[int, Path, SourceAnalysis | BaseException]) -> None:
         gen, path, result = payload

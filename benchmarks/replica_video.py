@@ -76,14 +76,17 @@ def prepare(folder: Path, size: tuple[int, int], seconds: float, width: int,
 
 
 def build_replicas(folder: Path, width: int = 128) -> NeuralPaths:
-    """Full-size det_10g, w600k_r50 and inswapper_128 replicas (random weights) in ``folder``."""
+    """Full-size det_10g, w600k_r50, inswapper_128 and 2d106det replicas (random weights) in
+    ``folder`` (the 106-point landmarker is what lets the pose cache reuse a neural face)."""
+    from livefuse.testing.replica_landmark import build_landmark106_replica
     from livefuse.testing.replicas import build_arcface_replica, build_scrfd_replica
     from livefuse.testing.synthetic import build_synthetic_inswapper
 
     t = time.perf_counter()
     paths = NeuralPaths(build_scrfd_replica(folder / "det_10g.onnx"),
                         build_arcface_replica(folder / "w600k_r50.onnx"),
-                        build_synthetic_inswapper(folder / "inswapper_128.onnx", width=width))
+                        build_synthetic_inswapper(folder / "inswapper_128.onnx", width=width),
+                        landmarker=build_landmark106_replica(folder / "2d106det.onnx"))
     print(f"(replicas built in {time.perf_counter() - t:.0f} s)", flush=True)
     return paths
 

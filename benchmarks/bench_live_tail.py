@@ -160,7 +160,17 @@ def _build(paths: NeuralPaths, scene: Scene) -> tuple[Engine, ScriptedAnalyser]:
                        face_selector="many", detect_every=3, rotation="off")
     analyser, renderer = build_neural(cfg, paths)
     scripted = ScriptedAnalyser(analyser, scene)
-    engine = Engine(cfg, components=(scripted, renderer), cache=CacheConfig(enabled=True))
+    try:  # a tree before the 106-point landmarker (--tree A/B) has neither
+        from livefuse.swap.neural_engine import build_landmarker
+        from livefuse.testing.scripted import ScriptedLandmarker
+    except ImportError:
+        engine = Engine(cfg, components=(scripted, renderer), cache=CacheConfig(enabled=True))
+    else:
+        # the 2d106det runner runs on every frame (its full cost) for the cache's key; its
+        # random-weight answer is replaced by a still, neutral face on each scripted face's kps
+        landmarker = ScriptedLandmarker(None, inner=build_landmarker(cfg, renderer, paths))
+        engine = Engine(cfg, components=(scripted, renderer), cache=CacheConfig(enabled=True),
+                        landmarker=landmarker)
     engine.set_source(LoadedImage(bgr=astronaut(), alpha=None, path=Path("astronaut.png")))
     process = engine.process
 
@@ -349,6 +359,7 @@ def main() -> None:
     import torch
 
     from livefuse.bench import git_commit, machine
+    from livefuse.testing.replica_landmark import build_landmark106_replica
     from livefuse.testing.replicas import build_arcface_replica, build_scrfd_replica
     from livefuse.testing.synthetic import build_synthetic_inswapper
 
@@ -358,12 +369,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(args.models or tmp)
         d.mkdir(parents=True, exist_ok=True)
-        files = (d / "det_10g.onnx", d / "w600k_r50.onnx", d / "inswapper_128.onnx")
-        if all(f.is_file() for f in files):
-            paths = NeuralPaths(*files)
+        files = (d / "det_10g.onnx", d / "w600k_r50.onnx", d / "inswapper_128.onnx",
+                 d / "2d106det.onnx")
+        if not files[3].is_file():
+            build_landmark106_replica(files[3])
+        if all(f.is_file() for f in files[:3]):
+            paths = NeuralPaths(*files[:3], landmarker=files[3])
         else:
             paths = NeuralPaths(build_scrfd_replica(files[0]), build_arcface_replica(files[1]),
-                                build_synthetic_inswapper(files[2], width=128))
+                                build_synthetic_inswapper(files[2], width=128),
+                                landmarker=files[3])
         if not args.host_only:
             live(paths, args.phase_seconds, args.soak_seconds, args.seed)
         if not args.no_host:

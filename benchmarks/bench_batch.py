@@ -130,7 +130,8 @@ def main() -> None:
     if executor == "auto":
         executor = "ray" if importlib.util.find_spec("ray") else "local"
     with tempfile.TemporaryDirectory() as tmp:
-        d = Path(tmp)
+        d = args.workdir or Path(tmp)
+        d.mkdir(parents=True, exist_ok=True)
         clip, paths = prepare(d, (w, h), args.seconds, args.width, args.engine == "neural")
         factory: ReplicaEngine | ClassicEngine = ClassicEngine(
             EngineConfig(engine="classic")) if paths is None else \

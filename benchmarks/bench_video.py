@@ -81,7 +81,8 @@ def main() -> None:
     args = ap.parse_args()
     w, h = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory() as tmp:
-        d = Path(tmp)
+        d = args.workdir or Path(tmp)
+        d.mkdir(parents=True, exist_ok=True)
         clip, paths = prepare(d, (w, h), args.seconds, args.width, args.engine == "neural")
         frames = read_frames_head(clip, args.alone_frames)
         import torch

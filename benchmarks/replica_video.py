@@ -62,6 +62,10 @@ def common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--width", type=int, default=128, help="inswapper replica width")
     ap.add_argument("--engine", choices=("neural", "classic"), default="neural",
                     help="classic: the offline engine on the CPU (no replicas)")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="keep the clip and the replicas here and reuse them when there (one "
+                         "device call runs several benchmarks on the same files); default: a "
+                         "temporary folder")
 
 
 def prepare(folder: Path, size: tuple[int, int], seconds: float, width: int,
@@ -69,8 +73,10 @@ def prepare(folder: Path, size: tuple[int, int], seconds: float, width: int,
     """The clip and (unless not ``replicas``) the replicas in ``folder``, each announced with
     the time it took."""
     t = time.perf_counter()
-    clip = make_clip(folder / "clip.mp4", size, seconds)
-    print(f"(clip {size[0]}x{size[1]}, {seconds:.0f} s at 30 fps, made in "
+    clip = folder / f"clip-{size[0]}x{size[1]}-{seconds:g}s.mp4"
+    if not clip.is_file():
+        make_clip(clip, size, seconds)
+    print(f"(clip {size[0]}x{size[1]}, {seconds:.0f} s at 30 fps, ready in "
           f"{time.perf_counter() - t:.0f} s)", flush=True)
     return clip, build_replicas(folder, width) if replicas else None
 
@@ -83,10 +89,14 @@ def build_replicas(folder: Path, width: int = 128) -> NeuralPaths:
     from livefuse.testing.synthetic import build_synthetic_inswapper
 
     t = time.perf_counter()
-    paths = NeuralPaths(build_scrfd_replica(folder / "det_10g.onnx"),
-                        build_arcface_replica(folder / "w600k_r50.onnx"),
-                        build_synthetic_inswapper(folder / "inswapper_128.onnx", width=width),
-                        landmarker=build_landmark106_replica(folder / "2d106det.onnx"))
+    files = (folder / "det_10g.onnx", folder / "w600k_r50.onnx",
+             folder / f"inswapper_128-w{width}.onnx", folder / "2d106det.onnx")
+    builders = (build_scrfd_replica, build_arcface_replica,
+                lambda f: build_synthetic_inswapper(f, width=width), build_landmark106_replica)
+    for f, make in zip(files, builders, strict=True):
+        if not f.is_file():
+            make(f)
+    paths = NeuralPaths(*files[:3], landmarker=files[3])
     print(f"(replicas built in {time.perf_counter() - t:.0f} s)", flush=True)
     return paths
 

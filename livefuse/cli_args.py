@@ -256,8 +256,9 @@ def add_video_args(p: argparse.ArgumentParser) -> None:
                         "GPU, else libx264 (`livefuse doctor` lists what opens) "
                         "(default: %(default)s)")
     p.add_argument("--video-decoder", choices=VIDEO_DECODER_CHOICES, default="auto",
-                   help="video input decoding: auto = NVDEC when the codec and a CUDA device "
-                        "allow, else the CPU; the summary says which ran and why "
+                   help="video input decoding: auto = the CPU (NVDEC, bringing frames back to "
+                        "the host, measured slower); nvdec = NVDEC when the codec and a CUDA "
+                        "device allow, else the CPU; the summary says which ran and why "
                         "(default: %(default)s)")
 
 

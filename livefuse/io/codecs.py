@@ -223,8 +223,9 @@ def open_video(path: Path, decoder: str = "cpu") -> OpenedVideo:
     """Open ``path`` for decoding its first video stream.
 
     Args:
-        decoder: ``cpu``; ``nvdec`` or ``auto``: NVDEC when the codec and a CUDA device allow
-            (frames still arrive as host frames), else the CPU, and the note says why.
+        decoder: ``cpu`` or ``auto`` (the CPU: see the comment below); ``nvdec``: NVDEC when
+            the codec and a CUDA device allow (frames still arrive as host frames), else the
+            CPU, and the note says why.
 
     Raises:
         VideoError: missing, empty, a folder, unreadable, or no video stream (a plain sentence).
@@ -236,6 +237,12 @@ def open_video(path: Path, decoder: str = "cpu") -> OpenedVideo:
     container = _open(path)
     if decoder == "cpu":
         return OpenedVideo(container, "CPU", "decode: CPU")
+    if decoder == "auto":
+        # NVDEC with the frames brought back to the host measured slower than the CPU and cost
+        # more CPU per frame on the H200 (docs/BENCHMARKS.md §13), and batch workers sharing one
+        # NVDEC serialise on it: the engine wants host frames, so auto decodes on the CPU
+        return OpenedVideo(container, "CPU", "decode: CPU (auto; --video-decoder nvdec for "
+                                             "NVDEC)")
     codec = container.streams.video[0].codec_context.name
     why = _nvdec_unavailable(codec)
     if why is None:

@@ -100,7 +100,8 @@ def frames_for(size: tuple[int, int], count: int) -> list[Frame]:
 
 
 def build(paths: NeuralPaths, cfg: EngineConfig, cache: CacheConfig | None, n_faces: int,
-          size: tuple[int, int], sync_timings: bool = False) -> tuple[Engine, ScriptedAnalyser]:
+          size: tuple[int, int], sync_timings: bool = False,
+          warm_up: bool = False) -> tuple[Engine, ScriptedAnalyser]:
     analyser, renderer = build_neural(cfg, paths)
     scripted = ScriptedAnalyser(analyser, script(size, n_faces))
     # with the cache on, the 2d106det runner runs on every frame (its full cost), then its
@@ -108,7 +109,7 @@ def build(paths: NeuralPaths, cfg: EngineConfig, cache: CacheConfig | None, n_fa
     landmarker = ScriptedLandmarker(None, inner=build_landmarker(cfg, renderer, paths)) \
         if cache is not None and cache.enabled else None
     engine = Engine(cfg, components=(scripted, renderer), cache=cache,
-                    sync_timings=sync_timings, landmarker=landmarker)
+                    sync_timings=sync_timings, landmarker=landmarker, warm_up=warm_up)
     scripted.index = 0  # the source face: the first scripted face, on the astronaut photo
     engine.set_source(LoadedImage(bgr=astronaut(), alpha=None, path=Path("astronaut.png")))
     return engine, scripted
@@ -269,7 +270,7 @@ def live(paths: NeuralPaths, device: str, size: tuple[int, int], seconds: float)
         cfg = EngineConfig(engine="neural", backend="torch", precision="fp16", device=device,
                            face_selector="many", detect_every=every, rotation="off")
         cache = CacheConfig(enabled=cache_on)
-        engine, scripted = build(paths, cfg, cache, n_faces, size)
+        engine, scripted = build(paths, cfg, cache, n_faces, size, warm_up=True)  # as live
         engine.process = _indexed(engine.process, scripted)  # type: ignore[method-assign]
         cam = VirtualCameraSink(size[0], size[1], 60.0, backend="null")
         runner = LiveRunner(engine, FramesSource(frames, fps=60.0), [cam],

@@ -164,13 +164,14 @@ def _build(paths: NeuralPaths, scene: Scene) -> tuple[Engine, ScriptedAnalyser]:
         from livefuse.swap.neural_engine import build_landmarker
         from livefuse.testing.scripted import ScriptedLandmarker
     except ImportError:
-        engine = Engine(cfg, components=(scripted, renderer), cache=CacheConfig(enabled=True))
+        engine = Engine(cfg, components=(scripted, renderer), cache=CacheConfig(enabled=True),
+                        warm_up=True)
     else:
         # the 2d106det runner runs on every frame (its full cost) for the cache's key; its
         # random-weight answer is replaced by a still, neutral face on each scripted face's kps
         landmarker = ScriptedLandmarker(None, inner=build_landmarker(cfg, renderer, paths))
         engine = Engine(cfg, components=(scripted, renderer), cache=CacheConfig(enabled=True),
-                        landmarker=landmarker)
+                        landmarker=landmarker, warm_up=True)
     engine.set_source(LoadedImage(bgr=astronaut(), alpha=None, path=Path("astronaut.png")))
     process = engine.process
 

@@ -133,6 +133,12 @@ class Engine:
             names (from the catalog), or none. It runs on each face right after its swap is
             pasted; with the cache on, only on cache misses (its patch is stored beside the
             swap's and re-warped with it).
+        warm_up: before a frame size's first frame, capture every CUDA graph a session at that
+            size will meet (:meth:`warm_up`, 5-7 s at 1080p on the H200), so that no frame of a
+            live stream stalls when a face appears or grows. Live sessions ask for it
+            (:func:`livefuse.live.default_engine_factory`); file jobs (``run``, ``batch``) leave
+            it off: a first-use capture costs a file job nothing it can see, the sweep costs
+            every worker seconds.
         landmarker: adds the landmarks the pose cache's key reads the mouth, the eyes and the
             head pose from, to faces whose analyser gives only kps (run on cache-on frames);
             for ``engine='neural'`` built from the config, the catalog's 2d106det by default
@@ -149,8 +155,9 @@ class Engine:
                  cache: CacheConfig | None = None,
                  components: tuple[Analyser, Renderer] | None = None,
                  sync_timings: bool = False, enhancer: FaceEnhancer | None = None,
-                 landmarker: Landmarker | None = None) -> None:
+                 landmarker: Landmarker | None = None, warm_up: bool = False) -> None:
         self.config = config.validate()
+        self.warm_up_first = warm_up
         self.engine_choice = resolve_engine(config)
         self.analyser: Analyser
         self.renderer: Renderer
@@ -376,6 +383,10 @@ class Engine:
                 for side in sides:
                     self.analyser.track(staged, _warm_faces(n, side, w, h))
                 faces = _warm_faces(n, h / 4, w, h)
+                if self.cache.enabled and self.landmarker is not None:
+                    # its eager kernels and cuDNN's choice for this batch size, now: the first
+                    # frame with a 2nd face stalled 780 ms on the H200 without this
+                    self.landmarker.landmarks(staged, faces)
                 layers = [self.renderer.render(staged, faces, self._source)]
                 if self.enhancer is not None:
                     layers.append(self.path.enhance(self.enhancer, staged, out,
@@ -519,7 +530,8 @@ class Engine:
                  in_place: bool) -> FramePacket:
         t_cap = time.perf_counter_ns() if t_capture_ns is None else t_capture_ns
         packet = FramePacket(index=index, t_capture_ns=t_cap, frame=staged.host)
-        if self.path.warms and self._warm_key != self.warm_key(staged.host.shape):
+        if self.warm_up_first and self.path.warms and \
+                self._warm_key != self.warm_key(staged.host.shape):
             # before this frame takes its size's work frame: the sweep writes into it
             self._warm_key = self.warm_key(staged.host.shape)
             packet.timings_ms["warm-up"] = self.warm_up(staged.host.shape) * 1e3

@@ -75,7 +75,8 @@ def default_engine_factory(config: AppConfig) -> EngineLike:
     settings are :meth:`AppConfig.effective_engine`)."""
     from livefuse.engine import Engine
 
-    return Engine(config.engine, cache=config.cache)
+    # a live stream must not stall when a face appears: its graphs are captured up front
+    return Engine(config.engine, cache=config.cache, warm_up=True)
 
 
 def for_engine(config: AppConfig) -> AppConfig:

@@ -185,7 +185,8 @@ def test_after_the_warm_up_faces_that_come_and_grow_capture_no_graph(paths: Neur
                        face_mask_types=("box", "occlusion", "region"))
     analyser, renderer = build_neural(cfg, paths)
     scripted = _Scripted(analyser)
-    eng = Engine(cfg, components=(scripted, renderer), cache=CacheConfig())  # type: ignore[arg-type]
+    eng = Engine(cfg, components=(scripted, renderer), cache=CacheConfig(),  # type: ignore[arg-type]
+                 warm_up=True)
     scripted.faces = [_scripted_face(320, 320, 200)]
     eng.set_source(LoadedImage(bgr=_frame([(5, 6)], 1), alpha=None, path=Path("src.png")))
     frame = _frame([(4, 4)])

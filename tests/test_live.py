@@ -374,3 +374,16 @@ def test_latency_ends_at_the_virtual_cameras_send() -> None:
     cam.close()
     snap = runner.metrics.snapshot(memory=False)
     assert snap.latency_p50_ms is not None and snap.latency_p50_ms >= 35
+
+
+def test_live_engines_warm_up_and_file_jobs_do_not() -> None:
+    """The warm-up sweep (every CUDA graph captured before a frame size's first frame, 5-7 s at
+    1080p) is what keeps a live stream from stalling when a face appears; a file job pays it per
+    worker and gains nothing from it (on the H200 it was 7 of each batch worker's 18 busy
+    seconds)."""
+    from livefuse.engine import Engine
+    from livefuse.live import default_engine_factory
+
+    live = default_engine_factory(AppConfig(engine=EngineConfig(engine="classic")))
+    assert getattr(live, "warm_up_first", False)
+    assert not Engine(EngineConfig(engine="classic")).warm_up_first

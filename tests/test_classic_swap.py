@@ -168,6 +168,42 @@ class _Check:
         return [float(np.linalg.norm(m[2] - d) - np.linalg.norm(m[2] - src))
                 for box, _, d in self.faces(original) for m in [self.nearest(new, box)]]
 
+    def _skin(self, original: Frame) -> list[tuple[Any, np.ndarray]]:
+        """Per face of ``original``: its box and skin mask as facecheck.py colour takes it (the
+        hull of jaw and brows, eyes and outer lips left out)."""
+        out = []
+        for box, lm, _ in self.faces(original):
+            mask = np.zeros(original.shape[:2], np.uint8)
+            cv2.fillPoly(mask, [cv2.convexHull(lm[[*range(17), 26, 25, 24, 19, 18, 17]])], 1)
+            for part in (lm[36:42], lm[42:48], lm[48:60]):
+                cv2.fillPoly(mask, [cv2.convexHull(part)], 0)
+            out.append((box, mask > 0))
+        return out
+
+    def colour(self, original: Frame, swapped: Frame) -> list[dict[str, float]]:
+        """Per face, facecheck.py colour's figures: mean chroma ratio, mean-colour dE, grey
+        patches (% of skin whose local chroma dropped by more than 8) and their 95th percentile
+        drop; plus ``ashen``: % of skin whose chroma is more than 8 under what the target face
+        has at the swapped pixel's lightness (the median chroma of its lightness bin)."""
+        la = cv2.cvtColor(original.astype(np.float32) / 255.0, cv2.COLOR_BGR2LAB)
+        lb = cv2.cvtColor(swapped.astype(np.float32) / 255.0, cv2.COLOR_BGR2LAB)
+        rows = []
+        for box, skin in self._skin(original):
+            s = max(box.width() / 32.0, 1.0)
+            a, b = cv2.GaussianBlur(la, (0, 0), s), cv2.GaussianBlur(lb, (0, 0), s)
+            ca, cb = np.hypot(a[..., 1], a[..., 2])[skin], np.hypot(b[..., 1], b[..., 2])[skin]
+            drop = ca - cb
+            order = np.argsort(a[..., 0][skin])
+            bins = order[len(order) % 8:].reshape(8, -1)
+            knots = np.median(a[..., 0][skin][bins], axis=1)
+            expected = np.interp(b[..., 0][skin], knots, np.median(ca[bins], axis=1))
+            rows.append({"ratio": float(cb.mean() / ca.mean()),
+                         "dE": float(np.linalg.norm(la[skin].mean(0) - lb[skin].mean(0))),
+                         "patches": float(np.mean(drop > 8) * 100),
+                         "p95": float(np.percentile(drop, 95)),
+                         "ashen": float(np.mean(expected - cb > 8) * 100)})
+        return rows
+
     def shading(self, original: Frame, swapped: Frame) -> list[float]:
         """Per face: mean |low-pass L| difference in the face box, sigma = box width / 8."""
         la = cv2.cvtColor(original, cv2.COLOR_BGR2LAB)[..., 0].astype(np.float32)
@@ -202,18 +238,42 @@ def _outside_target_faces(check: _Check, original: Frame, swapped: Frame) -> flo
 
 def test_shading_stays_the_targets_and_identity_moves_to_the_source(  # type: ignore[no-untyped-def]
         swapped_t1, check, astronaut_bgr) -> None:
-    """Issue 11, item 6: no grey patch on the far cheek of a turned head, no seam at the jaw.
+    """Issue 11, item 6: no grey patch on the far cheek of a turned head, no seam at the jaw;
+    issue 18: identity margin >= 0.06 on every face.
 
-    Before: shading 8.8 19.8 8.9 10.7 3.8 9.5 (left to right), smallest identity margin 0.023;
-    after: 2.1 3.8 4.2 2.9 2.4 2.1 and 0.088 (docs/CLASSIC.md).
+    Before issue 11: shading 8.8 19.8 8.9 10.7 3.8 9.5 (left to right), smallest identity
+    margin 0.023; now about 3 and 0.09 (docs/CLASSIC.md).
     """
     _, t1, packet = swapped_t1
     shading = check.shading(t1, packet.output)
     assert len(shading) == 6
     assert max(shading) <= 6.0, [round(v, 1) for v in shading]
     margins = check.margins(astronaut_bgr, t1, packet.output)
-    assert min(margins) >= 0.04, [round(v, 3) for v in margins]
+    assert min(margins) >= 0.06, [round(v, 3) for v in margins]
     assert _outside_target_faces(check, t1, packet.output) < 0.01
+
+
+def test_skin_takes_the_targets_colour_patch_by_patch(swapped_t1, check) -> None:  # type: ignore[no-untyped-def]
+    """Issue 18: the swapped skin was ashen, with grey-green patches (chroma ratio 0.94-0.96,
+    dE up to 3.7, 7.7-9.9 % grey patches, p95 drop 11.5). Goals, every face: ratio 0.97-1.03,
+    dE <= 2, patches <= 2 %, p95 drop <= 6.
+
+    Those four held with the target's fine-scale colour alone, while the picture still showed
+    grey where the source's relief darkens a pale part of the target; ``ashen`` catches that
+    (over the target's own share, on average: 8.6 points before, 6.9 without the colour curve,
+    about 3 with it)."""
+    _, t1, packet = swapped_t1
+    rows = check.colour(t1, packet.output)
+    own = check.colour(t1, t1)
+    assert len(rows) == 6
+    show = [{k: round(v, 2) for k, v in r.items()} for r in rows]
+    for r in rows:
+        assert 0.97 <= r["ratio"] <= 1.03, show
+        assert r["dE"] <= 2.0, show
+        assert r["patches"] <= 2.0, show
+        assert r["p95"] <= 6.0, show
+    excess = [r["ashen"] - o["ashen"] for r, o in zip(rows, own, strict=True)]
+    assert float(np.mean(excess)) <= 4.5, (show, [round(e, 1) for e in excess])
 
 
 @pytest.fixture(scope="module")

@@ -169,9 +169,10 @@ def _parts_mask(landmarks: FloatArray, parts: Sequence[slice], shape: tuple[int,
     for part in parts:
         cv2.fillConvexPoly(mask, cv2.convexHull(np.round(landmarks[part]).astype(np.int32)), 255)
     g = 2 * round(grow_px) + 1
-    if g > 1:
-        mask = cv2.dilate(mask, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (g, g)))
-    return np.asarray(mask, np.uint8)
+    if g == 1:
+        return mask
+    return np.asarray(cv2.dilate(mask, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (g, g))),
+                      np.uint8)
 
 
 def _skin_weight(hull: npt.NDArray[np.uint8], landmarks: FloatArray, grow_px: float

@@ -31,7 +31,15 @@ from livefuse.swap.paste import Roi, paste_all, rewarp
 if TYPE_CHECKING:
     from livefuse.swap.enhance import FaceEnhancer
 from livefuse.swap.renderer import Renderer
-from livefuse.types import Face, FloatArray, Frame, FramePacket, Patch, StagedFrame
+from livefuse.types import (
+    Face,
+    FloatArray,
+    Frame,
+    FramePacket,
+    Patch,
+    SkippedFace,
+    StagedFrame,
+)
 
 
 def _ms(t0: int) -> float:
@@ -40,6 +48,27 @@ def _ms(t0: int) -> float:
 
 def _union(a: Roi, b: Roi) -> Roi:
     return min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])
+
+
+_STILL_UPSAMPLE = 1
+"""Still images are detected one pyramid step finer than video frames (CenterFace at 640x480
+instead of 320x240; SCRFD at twice its input): t1.jpg turned by 30 degrees lies on a 1550 px
+canvas, where the fast pass sees a 93 px face at 16 px and misses it."""
+_TOO_SMALL_PX = 24  # under this the renderers' crops hold too little of the face
+
+
+def unswapped_reason(face: Face, shape: tuple[int, ...]) -> str:
+    """Why a selected face came back without a swap, in words for the user (the renderer
+    returned nothing for it, or its patch fell outside the picture)."""
+    h, w = shape[:2]
+    b = face.bbox
+    inside = max(0.0, min(float(b[2]), w) - max(float(b[0]), 0.0)) * \
+        max(0.0, min(float(b[3]), h) - max(float(b[1]), 0.0))
+    if inside < 0.5 * max(face.area, 1e-6):
+        return "mostly outside the picture"
+    if face.width < _TOO_SMALL_PX:
+        return f"too small to swap ({face.width:.0f} px wide)"
+    return "its landmarks give no face area to swap (a profile or a degenerate fit)"
 
 
 # Landmarks that fix the re-warp of a cached face: brows, nose, eyes (iBUG 300-W 17..47); they
@@ -231,21 +260,25 @@ class Engine:
 
             torch.cuda.synchronize(self.stager.device)
 
-    def _detect(self, frame: StagedFrame) -> list[Face]:
-        faces = detect_rotated(self.analyser.detect, frame, self.config.rotation)
+    def _detect(self, frame: StagedFrame, still: bool, dropped: list[SkippedFace]
+                ) -> list[Face]:
+        # a still is detected once: the analyser's finer pass (small faces in a large photo)
+        upsample = _STILL_UPSAMPLE if still else None
+        faces = detect_rotated(lambda f: self.analyser.detect(f, upsample), frame,
+                               self.config.rotation, still=still, dropped=dropped)
         if self.config.face_selector == "reference" and self._reference is not None:
             faces = [replace(f, embedding=self.analyser.embed(frame.host, f)) for f in faces]
         return faces
 
-    def _find(self, frame: StagedFrame, strict: bool, t_s: float | None
-              ) -> tuple[list[Face], bool, int]:
-        """Detect or track, then select: this frame's target faces, whether it was detected, and
-        how many faces it held before selection."""
+    def _find(self, frame: StagedFrame, strict: bool, t_s: float | None, packet: FramePacket
+              ) -> list[Face]:
+        """Detect or track, then select: this frame's target faces. Fills the packet's
+        ``detected``, ``found``, ``dropped`` and (for the faces not selected) ``skipped``."""
         cfg = self.config
         carried = self.tracker.carry(frame, self.analyser)
         detected = carried is None
         faces = carried if carried is not None else \
-            self.tracker.coast(frame, self.analyser, self._detect(frame))
+            self.tracker.coast(frame, self.analyser, self._detect(frame, strict, packet.dropped))
         kept = None
         if detected and cfg.face_selector == "one" and cfg.target_face_index is None:
             kept = self.tracker.continuing(faces)
@@ -256,11 +289,18 @@ class Engine:
             if strict:
                 raise
             targets = []
+        chosen = {id(f) for f in targets}
+        packet.skipped += [SkippedFace(f.bbox, f"not selected (face selector '{cfg.face_selector}'"
+                                       + (f", target face index {cfg.target_face_index})"
+                                          if cfg.target_face_index is not None else ")"),
+                                       f.angle, f.score)
+                           for f in faces if id(f) not in chosen]
         targets = self.tracker.commit(targets, detected)
         self.cache.retain({f.track_id for f in targets})
         if cfg.smooth and t_s is not None:
             targets = self.smoother(targets, t_s)
-        return targets, detected, len(faces)
+        packet.detected, packet.found = detected, len(faces)
+        return targets
 
     def _patches(self, frame: StagedFrame, faces: Sequence[Face]
                  ) -> tuple[list[Patch | None], list[Patch | None], list[int], list[Any], int]:
@@ -345,7 +385,7 @@ class Engine:
         t0 = time.perf_counter_ns()
         # still images are not smoothed: the filter needs a sequence of frames
         t_s = None if strict else packet.t_capture_ns / 1e9
-        targets, packet.detected, packet.found = self._find(staged, strict, t_s)
+        targets = self._find(staged, strict, t_s, packet)
         packet.faces = targets
         self._sync()
         packet.timings_ms["detect" if packet.detected else "track"] = _ms(t0)
@@ -385,6 +425,8 @@ class Engine:
                     self.cache.store(tid, keys[i], ((swap[i], enh[i]),
                                                     alignment_points(targets[i])))
         packet.swapped = sum(r is not None for r in rois)
+        packet.skipped += [SkippedFace(f.bbox, unswapped_reason(f, out.shape), f.angle, f.score)
+                           for f, r in zip(targets, rois, strict=True) if r is None]
         packet.output = out
         return packet
 
@@ -436,4 +478,4 @@ class Engine:
         return None if self._source is None else self._source.path
 
 
-__all__ = ["Engine", "alignment_points"]
+__all__ = ["Engine", "alignment_points", "unswapped_reason"]

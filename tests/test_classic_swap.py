@@ -226,3 +226,32 @@ def test_seamless_blend_still_swaps(analyser, astronaut_bgr, t1_path: Path) -> N
         assert paste(out, rendered) is not None
         x1, y1, x2, y2 = f.bbox.astype(int)
         assert np.abs(out[y1:y2, x1:x2].astype(int) - t1[y1:y2, x1:x2]).mean() > 4.0
+
+
+def test_a_face_far_larger_than_the_source_is_rendered_at_the_sources_detail(
+        analyser, astronaut_bgr, t1_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """t1.jpg's Ross at 2.5x (a webcam close-up, ~280 px) from the 87 px astronaut: the patch is
+    rendered at 1.5x the source's size and carried at that scale (half the pixels); pasted, it
+    differs from the full-size render by under 2 levels on average, and t1's own faces (near the
+    source's size) are rendered at full size."""
+    import livefuse.swap.classic as classic
+
+    swapper = ClassicSwapper(EngineConfig())
+    source = swapper.prepare(astronaut_bgr, max(analyser.detect(astronaut_bgr),
+                                                key=lambda f: f.score))
+    t1 = load_image(t1_path).bgr
+    for f in analyser.landmarks(t1, analyser.detect(t1)):
+        patch = swapper.render_one(t1, f, source)
+        assert patch is not None and patch.affine[0, 0] == 1.0  # a plain translation
+    big = np.ascontiguousarray(cv2.resize(t1, None, fx=2.5, fy=2.5, interpolation=cv2.INTER_CUBIC))
+    face = max(analyser.landmarks(big, analyser.detect(big)), key=lambda f: f.area)
+    scaled = swapper.render_one(big, face, source)
+    assert scaled is not None and 0.4 < scaled.affine[0, 0] < 0.8
+    monkeypatch.setattr(classic, "_OVERSAMPLE", 100.0)
+    full = swapper.render_one(big, face, source)
+    assert full is not None and full.affine[0, 0] == 1.0
+    a, b = big.copy(), big.copy()
+    roi = paste(a, scaled)
+    assert roi is not None and paste(b, full) is not None
+    x0, y0, x1, y1 = roi
+    assert np.abs(a[y0:y1, x0:x1].astype(int) - b[y0:y1, x0:x1]).mean() < 2.0

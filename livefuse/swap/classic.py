@@ -47,6 +47,7 @@ _SHADING_SIGMA = 0.08  # Gaussian sigma of the shading/colour low-pass
 _FEATURE_GROW = 0.05  # how far past its landmarks a feature is left out of the low-pass
 _DETAIL_FADE = 0.05  # the source's detail fades out over this width inside its hull's edge
 _FEATHER = 0.08  # Gaussian kernel of the blend ramp, centred on the mask's edge
+_OVERSAMPLE = 1.5  # a target face is rendered at no more than this many times the source's size
 _FEATURE_SOFTEN = 0.03  # Gaussian sigma that softens the edge of the source's feature weight
 # Skin colour (issue 18; the sweeps are in docs/CLASSIC.md, measured with facecheck.py colour on
 # astronaut -> t1.jpg): the target's colour is read at this finer scale, with its eyes and lips
@@ -72,6 +73,7 @@ class ClassicSource:
             zero-area triangles removed.
         face: the source face in its photo's coordinates.
         path: the photo it came from, when known.
+        face_px: the square root of the area of the landmarks' hull, px (0: unknown).
     """
 
     crop: Frame
@@ -79,6 +81,7 @@ class ClassicSource:
     triangles: npt.NDArray[np.int32]
     face: Face
     path: Path | None = None
+    face_px: float = 0.0
 
 
 def prepare_source(image: Frame, face: Face, path: Path | None = None) -> ClassicSource:
@@ -102,7 +105,13 @@ def prepare_source(image: Frame, face: Face, path: Path | None = None) -> Classi
     area = np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
     # Coincident inner-lip points make degenerate triangles; they add nothing and slow the warp.
     tri = tri[area > 0.5]
-    return ClassicSource(crop=crop, landmarks=local, triangles=tri, face=face, path=path)
+    return ClassicSource(crop=crop, landmarks=local, triangles=tri, face=face, path=path,
+                         face_px=_hull_px(local))
+
+
+def _hull_px(points: FloatArray) -> float:
+    """The square root of the area of the points' convex hull, px."""
+    return float(np.sqrt(max(cv2.contourArea(cv2.convexHull(points.astype(np.float32))), 1.0)))
 
 
 def destination_shape(src_lm: FloatArray, tgt_lm: FloatArray, jaw_from_target: float,
@@ -425,14 +434,27 @@ class ClassicSwapper:
         if x1 - x0 < 8 or y1 - y0 < 8:
             return None
         roi = frame[y0:y1, x0:x1]
-        local = dst - np.array([x0, y0], np.float32)
+        # a face much larger than the source is rendered at a scale that still oversamples the
+        # source _OVERSAMPLE times (finer holds no more of the source's detail) and the patch
+        # is carried at that scale: the paste's one resample brings it to the frame
+        scale = 1.0 if source.face_px <= 0 else \
+            min(1.0, _OVERSAMPLE * source.face_px / _hull_px(target.landmarks))
+        to_patch = translation(x0, y0)
+        if scale < 1.0:
+            size = (max(8, round((x1 - x0) * scale)), max(8, round((y1 - y0) * scale)))
+            roi = np.asarray(cv2.resize(roi, size, interpolation=cv2.INTER_AREA), np.uint8)
+            sx, sy = size[0] / (x1 - x0), size[1] / (y1 - y0)
+            # pixel centres as cv2.resize maps them: x' = (x + 0.5) * s - 0.5
+            to_patch = np.array([[sx, 0.0, -sx * x0 + 0.5 * sx - 0.5],
+                                 [0.0, sy, -sy * y0 + 0.5 * sy - 0.5]], np.float64)
+        local = (dst @ to_patch[:, :2].T + to_patch[:, 2]).astype(np.float32)
         map_x, map_y, covered = _piecewise_affine_maps(
-            source.landmarks, local, source.triangles, (x1 - x0, y1 - y0))
+            source.landmarks, local, source.triangles, (roi.shape[1], roi.shape[0]))
         warped = cv2.remap(source.crop, map_x, map_y, cv2.INTER_LINEAR,
                            borderMode=cv2.BORDER_REPLICATE).astype(np.uint8, copy=False)
 
         source_hull = _hull_mask(local, roi.shape) & covered
-        tgt_local = target.landmarks - np.array([x0, y0], np.float32)
+        tgt_local = (target.landmarks @ to_patch[:, :2].T + to_patch[:, 2]).astype(np.float32)
         target_hull = _hull_mask(tgt_local, roi.shape)
         face_px = _face_size(target_hull)
         if face_px < 6:
@@ -448,7 +470,7 @@ class ClassicSwapper:
         face = relight(warped, roi, face_weights(source_hull, local, target_hull, tgt_local,
                                                  alpha, face_px), face_px)
         return Patch(image=face, alpha=alpha.astype(np.float32) * np.float32(1.0 / 255.0),
-                     affine=translation(x0, y0), blend=cfg.blend)
+                     affine=to_patch, blend=cfg.blend)
 
 
 def _feather_alpha(mask: npt.NDArray[np.uint8], face_px: float) -> npt.NDArray[np.uint8]:

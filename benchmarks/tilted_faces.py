@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import cv2
-import numpy as np
 
 from livefuse.config import EngineConfig
 from livefuse.engine import Engine
@@ -28,24 +27,7 @@ from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 from livefuse.imaging import LoadedImage, load_image
 from livefuse.samples import astronaut, insightface_image
 from livefuse.testing.facecheck import FaceCheck
-from livefuse.types import Frame
-
-
-def turned(image: Frame, degrees: float) -> tuple[Frame, np.ndarray]:
-    """``image`` turned clockwise by ``degrees`` on a canvas that holds all of it, and the
-    affine that did it."""
-    h, w = image.shape[:2]
-    t = np.radians(degrees)
-    size = (int(np.ceil(w * abs(np.cos(t)) + h * abs(np.sin(t)))),
-            int(np.ceil(w * abs(np.sin(t)) + h * abs(np.cos(t)))))
-    m = cv2.getRotationMatrix2D(((w - 1) / 2, (h - 1) / 2), -degrees, 1.0)
-    m[:, 2] += np.array([(size[0] - w) / 2, (size[1] - h) / 2])
-    return np.asarray(cv2.warpAffine(image, m, size, flags=cv2.INTER_CUBIC), np.uint8), m
-
-
-def turned_back(image: Frame, m: np.ndarray, shape: tuple[int, ...]) -> Frame:
-    return np.asarray(cv2.warpAffine(image, cv2.invertAffineTransform(m), shape[1::-1],
-                                     flags=cv2.INTER_CUBIC), np.uint8)
+from livefuse.testing.tilted import turned, turned_back
 
 
 def main() -> None:

@@ -24,6 +24,13 @@ def t1_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def t1_bgr(t1_path: Path) -> np.ndarray:
+    from livefuse.imaging import load_image
+
+    return load_image(t1_path).bgr
+
+
+@pytest.fixture(scope="session")
 def hanks_path() -> Path:
     return insightface_image("Tom_Hanks_54745.png")
 

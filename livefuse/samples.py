@@ -12,7 +12,26 @@ from pathlib import Path
 
 import numpy as np
 
-from livefuse.types import Frame
+from livefuse.types import Face, Frame
+
+_FRONTAL = 0.25  # nose within this share of the eye distance of the eyes' midpoint (along them)
+
+
+def clip_face(faces: list[Face]) -> Face:
+    """The face a demo or benchmark clip is centred on: the largest of those that look at the
+    camera (t1.jpg: Ross), else the largest. Largest alone depends on how a detector frames a
+    near-profile (CenterFace's box makes Joey's the largest; HOG's, Ross's).
+
+    Raises:
+        ValueError: ``faces`` is empty.
+    """
+    def frontal(f: Face) -> bool:
+        eyes = (f.kps[0] + f.kps[1]) / 2
+        along = f.kps[1] - f.kps[0]
+        d = float(np.hypot(*along)) or 1.0
+        return abs(float((f.kps[2] - eyes) @ along)) / (d * d) < _FRONTAL
+
+    return max(faces, key=lambda f: (frontal(f), f.area))
 
 
 def insightface_image(name: str) -> Path:

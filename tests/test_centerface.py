@@ -151,3 +151,15 @@ def test_a_stream_fits_the_68_points_of_the_faces_it_swaps_only(
         packet = engine.process(t1_bgr, t_capture_ns=0)
         assert packet.swapped == fits and packet.found == 6
         assert len(calls) == fits, selector
+
+
+def test_demo_and_bench_clips_centre_on_the_same_frontal_face_with_either_detector(
+        analyser: DlibFaceAnalyser, hog_analyser: DlibFaceAnalyser, t1_bgr: Frame) -> None:
+    """The largest box was Ross with HOG and is Joey's near-profile with CenterFace: the clips
+    (demo, bench, the quality gate) take the largest face that looks at the camera instead."""
+    from livefuse.faces.tracking import iou
+    from livefuse.samples import clip_face
+
+    a, b = clip_face(analyser.detect(t1_bgr)), clip_face(hog_analyser.detect(t1_bgr))
+    assert iou(a.bbox, b.bbox) > 0.6
+    assert 440 < (a.bbox[0] + a.bbox[2]) / 2 < 580  # Ross, third from the left

@@ -27,7 +27,7 @@ def build_clip(engine: Engine, path: Path, size: tuple[int, int] = CLIP_SIZE,
     """Write the demo clip: camera motion over t1.jpg centred on its largest frontal face
     (:func:`~livefuse.samples.clip_face`)."""
     photo = load_image(insightface_image("t1.jpg")).bgr
-    face = clip_face(engine.analyser.detect(photo))
+    face = clip_face(engine.analyser.detect(photo), photo.shape)
     cx, cy = float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2
     return write_clip(motion_clip(photo, size, frames, centre=(cx, cy), face_px=face.width),
                       path, rate=CLIP_RATE)

@@ -155,11 +155,14 @@ def test_a_stream_fits_the_68_points_of_the_faces_it_swaps_only(
 
 def test_demo_and_bench_clips_centre_on_the_same_frontal_face_with_either_detector(
         analyser: DlibFaceAnalyser, hog_analyser: DlibFaceAnalyser, t1_bgr: Frame) -> None:
-    """The largest box was Ross with HOG and is Joey's near-profile with CenterFace: the clips
-    (demo, bench, the quality gate) take the largest face that looks at the camera instead."""
+    """The largest box was Ross with HOG and is Joey's near-profile (or Rachel, at the left
+    edge) with CenterFace: the clips (demo, bench, the quality gate) take the largest face that
+    looks at the camera with room around it, with the engine's own (deferred) analyser too."""
     from livefuse.faces.tracking import iou
     from livefuse.samples import clip_face
 
-    a, b = clip_face(analyser.detect(t1_bgr)), clip_face(hog_analyser.detect(t1_bgr))
-    assert iou(a.bbox, b.bbox) > 0.6
-    assert 440 < (a.bbox[0] + a.bbox[2]) / 2 < 580  # Ross, third from the left
+    picks = [clip_face(a.detect(t1_bgr), t1_bgr.shape)
+             for a in (analyser, hog_analyser, DlibFaceAnalyser(landmarks_on_detect=False))]
+    for face in picks:
+        assert iou(face.bbox, picks[1].bbox) > 0.6
+        assert 440 < (face.bbox[0] + face.bbox[2]) / 2 < 580  # Ross, third from the left

@@ -23,7 +23,7 @@ from livefuse.config import CacheConfig, EngineConfig, FaceSelector
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage, load_image, save_image
 from livefuse.quality import QualityRow
-from livefuse.samples import astronaut, insightface_image
+from livefuse.samples import astronaut, clip_face, insightface_image
 from livefuse.types import Frame
 
 SIZES: tuple[tuple[tuple[int, int], int], ...] = (((640, 480), 150), ((1280, 720), 220))
@@ -59,7 +59,7 @@ def bench_classic(frames: int = 120, detect_every: tuple[int, ...] = (1, 3, 5),
 
     photo = load_image(insightface_image("t1.jpg")).bgr
     probe = Engine(EngineConfig())
-    face = max(probe.analyser.detect(photo), key=lambda f: f.area)
+    face = clip_face(probe.analyser.detect(photo), photo.shape)
     centre = (float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2)
     source = _source()
     out(f"# classic engine, commit {git_commit()}, {machine()}, {frames} frames per row")
@@ -114,7 +114,7 @@ def demo_frames(frames: int, size: tuple[int, int] = (640, 480)) -> list[Frame]:
     from livefuse.io.synthetic import motion_clip
 
     photo = load_image(insightface_image("t1.jpg")).bgr
-    face = max(DlibFaceAnalyser().detect(photo), key=lambda f: f.area)
+    face = clip_face(DlibFaceAnalyser().detect(photo), photo.shape)
     centre = (float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2)
     return list(motion_clip(photo, size, frames, centre=centre, face_px=face.width))
 

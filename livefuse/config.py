@@ -100,6 +100,9 @@ class EngineConfig:
         jaw_from_target: 0..1, how far the swapped jaw line follows the target's jaw
             (0 = the source's face shape, 1 = the target's).
         mouth_from_target: 0..1, how far the swapped mouth follows the target's mouth.
+            0.2 and 0.3 keep every face of astronaut -> t1.jpg at least 0.06 closer to the
+            source under the checker's own jitter (one-pixel shifts of the picture); 0.3 and
+            0.5 let one fall to 0.04 (docs/CLASSIC.md, issue 18).
         device: neural engine: ``auto`` (CUDA when torch sees one), ``cpu``, ``cuda``, ``cuda:N``.
         models_dir: neural engine: model folder; ``None`` = ``$LIVEFUSE_MODELS_DIR`` or the user
             data dir.
@@ -130,8 +133,8 @@ class EngineConfig:
     detect_every: int = 1
     keep_mouth: bool = True
     blend: BlendMode = "feather"
-    jaw_from_target: float = 0.3
-    mouth_from_target: float = 0.5
+    jaw_from_target: float = 0.2
+    mouth_from_target: float = 0.3
     device: str = "auto"
     models_dir: str | None = None
     rotation: Rotation = "auto"

@@ -15,7 +15,7 @@ from livefuse.engine import Engine
 from livefuse.imaging import load_image, save_image
 from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.run import RunSummary, run_image, run_video
-from livefuse.samples import astronaut, insightface_image
+from livefuse.samples import astronaut, clip_face, insightface_image
 
 CLIP_SIZE = (640, 480)
 CLIP_FRAMES = 90
@@ -24,9 +24,10 @@ CLIP_RATE = Fraction(30)
 
 def build_clip(engine: Engine, path: Path, size: tuple[int, int] = CLIP_SIZE,
                frames: int = CLIP_FRAMES) -> Path:
-    """Write the demo clip: camera motion over t1.jpg centred on its largest face."""
+    """Write the demo clip: camera motion over t1.jpg centred on its largest frontal face
+    (:func:`~livefuse.samples.clip_face`)."""
     photo = load_image(insightface_image("t1.jpg")).bgr
-    face = max(engine.analyser.detect(photo), key=lambda f: f.area)
+    face = clip_face(engine.analyser.detect(photo), photo.shape)
     cx, cy = float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2
     return write_clip(motion_clip(photo, size, frames, centre=(cx, cy), face_px=face.width),
                       path, rate=CLIP_RATE)

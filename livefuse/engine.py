@@ -30,10 +30,10 @@ import numpy as np
 from livefuse.cache import PoseCache, pose_key
 from livefuse.config import MODEL_RELOAD_FIELDS, CacheConfig, EngineConfig
 from livefuse.errors import FaceIndexError, NoFaceError
-from livefuse.faces.analyser import Analyser
-from livefuse.faces.landmarker import Landmarker, landmarks_of
+from livefuse.faces.analyser import Analyser, Landmarker, landmarks_of
 from livefuse.faces.rotation import detect_rotated
 from livefuse.faces.selection import (
+    SCORE_RATIO,
     choose_source_face,
     detect_robust,
     drop_weak,
@@ -49,7 +49,15 @@ from livefuse.swap.paste import Roi, rewarp
 if TYPE_CHECKING:
     from livefuse.swap.enhance import FaceEnhancer
 from livefuse.swap.renderer import Renderer
-from livefuse.types import Face, FloatArray, Frame, FramePacket, Patch, StagedFrame
+from livefuse.types import (
+    Face,
+    FloatArray,
+    Frame,
+    FramePacket,
+    Patch,
+    SkippedFace,
+    StagedFrame,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +75,27 @@ def _ms(t0: int) -> float:
 
 def _union(a: Roi, b: Roi) -> Roi:
     return min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])
+
+
+_STILL_UPSAMPLE = 1
+"""Still images are detected one pyramid step finer than video frames (CenterFace at 640x480
+instead of 320x240; SCRFD at twice its input): t1.jpg turned by 30 degrees lies on a 1550 px
+canvas, where the fast pass sees a 93 px face at 16 px and misses it."""
+_TOO_SMALL_PX = 24  # under this the renderers' crops hold too little of the face
+
+
+def unswapped_reason(face: Face, shape: tuple[int, ...]) -> str:
+    """Why a selected face came back without a swap, in words for the user (the renderer
+    returned nothing for it, or its patch fell outside the picture)."""
+    h, w = shape[:2]
+    b = face.bbox
+    inside = max(0.0, min(float(b[2]), w) - max(float(b[0]), 0.0)) * \
+        max(0.0, min(float(b[3]), h) - max(float(b[1]), 0.0))
+    if inside < 0.5 * max(face.area, 1e-6):
+        return "mostly outside the picture"
+    if face.width < _TOO_SMALL_PX:
+        return f"too small to swap ({face.width:.0f} px wide)"
+    return "its landmarks give no face area to swap (a profile or a degenerate fit)"
 
 
 # Landmarks that fix the re-warp of a cached face: brows, nose, eyes (iBUG 300-W 17..47); they
@@ -144,6 +173,10 @@ class Engine:
             for ``engine='neural'`` built from the config, the catalog's 2d106det by default
             (:func:`livefuse.swap.neural_engine.build_landmarker`). Without one such faces are
             never served from the cache.
+        fitter: fits the landmarks the renderer needs and the analyser's detection leaves out,
+            on the faces the engine uses (after selection) and on source photos; by default the
+            classic engine's own ``DlibFaceAnalyser``, which detects without its 68 points (they
+            cost 4-5 ms a face) when the engine built it.
 
     Raises:
         ConfigError: invalid config.
@@ -155,13 +188,15 @@ class Engine:
                  cache: CacheConfig | None = None,
                  components: tuple[Analyser, Renderer] | None = None,
                  sync_timings: bool = False, enhancer: FaceEnhancer | None = None,
-                 landmarker: Landmarker | None = None, warm_up: bool = False) -> None:
+                 landmarker: Landmarker | None = None, warm_up: bool = False,
+                 fitter: Landmarker | None = None) -> None:
         self.config = config.validate()
         self.warm_up_first = warm_up
         self.engine_choice = resolve_engine(config)
         self.analyser: Analyser
         self.renderer: Renderer
-        self.landmarker = landmarker
+        self.landmarker: Landmarker | None = landmarker
+        self.fitter: Landmarker | None = fitter
         if components is not None:
             self.analyser, self.renderer = components
         elif self.engine_choice.engine == "neural":
@@ -172,11 +207,15 @@ class Engine:
             if landmarker is None:
                 self.landmarker = build_landmarker(config, renderer)
         else:
-            if analyser is None:
-                # dlib only when the classic engine is used: the neural path runs without it.
-                from livefuse.faces.dlib_analyser import DlibFaceAnalyser
+            # dlib only when the classic engine is used: the neural path runs without it.
+            from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 
-                analyser = DlibFaceAnalyser()
+            if analyser is None:
+                # its faces get their 68 landmarks after selection (self.fitter): a
+                # stream that swaps one face of five fits one
+                analyser = DlibFaceAnalyser(landmarks_on_detect=False)
+            if fitter is None and isinstance(analyser, DlibFaceAnalyser):
+                self.fitter = analyser  # fits what it left out, whoever built it
             from livefuse.swap.classic import ClassicSwapper
 
             self.analyser = analyser
@@ -245,6 +284,8 @@ class Engine:
             return hit
         faces = detect_robust(self.analyser, image.bgr) or detect_rotated(
             lambda f: self.analyser.detect(f, 1), image.bgr, "auto", upright=[])
+        # the sanity check reads the 68 landmarks too, and the renderer needs them
+        faces = landmarks_of(self.fitter, image.bgr, faces)
         choice = choose_source_face(faces, image.bgr, image.path, face_index)
         chosen = choice.face
         if face is not None:
@@ -416,24 +457,31 @@ class Engine:
         enhanced_ok = self.enhancer is None or self.enhancer.verify()
         return ok and enhanced_ok
 
-    def _detect(self, frame: StagedFrame) -> list[Face]:
+    def _detect(self, frame: StagedFrame, still: bool, dropped: list[SkippedFace]
+                ) -> list[Face]:
         """A full detection pass on a target frame (still image or video), at every turn the
         rotation setting asks for, then the detection policy (:func:`drop_weak`) that sources
-        and references get too."""
-        faces, _ = drop_weak(detect_rotated(self.analyser.detect, frame, self.config.rotation))
+        and references get too; what either drops is appended to ``dropped``, with why."""
+        # a still is detected once: the analyser's finer pass (small faces in a large photo)
+        upsample = _STILL_UPSAMPLE if still else None
+        faces, weak = drop_weak(detect_rotated(lambda f: self.analyser.detect(f, upsample), frame,
+                                               self.config.rotation, still=still,
+                                               dropped=dropped))
+        dropped += [SkippedFace(f.bbox, f"scored {f.score:.2f}, under {SCORE_RATIO:g}x the best "
+                                "face of the frame", f.angle, f.score) for f in weak]
         if self.config.face_selector == "reference" and self._reference is not None:
             faces = [replace(f, embedding=self.analyser.embed(frame.host, f)) for f in faces]
         return faces
 
-    def _find(self, frame: StagedFrame, strict: bool, t_s: float | None
-              ) -> tuple[list[Face], bool, list[Face]]:
-        """Detect or track, then select: this frame's target faces, whether it was detected, and
-        the faces found there that were not selected."""
+    def _find(self, frame: StagedFrame, strict: bool, t_s: float | None, packet: FramePacket
+              ) -> list[Face]:
+        """Detect or track, then select: this frame's target faces. Fills the packet's
+        ``detected``, ``found``, ``dropped`` and (for the faces not selected) ``skipped``."""
         cfg = self.config
         carried = self.tracker.carry(frame, self.analyser)
         detected = carried is None
         faces = carried if carried is not None else \
-            self.tracker.coast(frame, self.analyser, self._detect(frame))
+            self.tracker.coast(frame, self.analyser, self._detect(frame, strict, packet.dropped))
         kept = None
         if detected and cfg.face_selector == "one" and cfg.target_face_index is None:
             kept = self.tracker.continuing(faces)
@@ -444,12 +492,21 @@ class Engine:
             if strict:
                 raise
             targets = []
-        others = [f for f in faces if not any(f is t for t in targets)]
+        chosen = {id(f) for f in targets}
+        others = [f for f in faces if id(f) not in chosen]
+        targets = landmarks_of(self.fitter, frame, targets)
+        packet.skipped += [SkippedFace(f.bbox, f"not selected (face selector '{cfg.face_selector}'"
+                                       + (f", target face index {cfg.target_face_index})"
+                                          if cfg.target_face_index is not None else ")"),
+                                       f.angle, f.score)
+                           for f in others]
+        packet.unswapped += others
         targets = self.tracker.commit(targets, detected)
         self.cache.retain({f.track_id for f in targets})
         if cfg.smooth and t_s is not None:
             targets = self.smoother(targets, t_s)
-        return targets, detected, others
+        packet.detected, packet.found = detected, len(faces)
+        return targets
 
     def _patches(self, frame: StagedFrame, faces: Sequence[Face]
                  ) -> tuple[list[Patch | None], list[Patch | None], list[int], list[Any], int]:
@@ -539,8 +596,7 @@ class Engine:
         t0 = time.perf_counter_ns()
         # still images are not smoothed: the filter needs a sequence of frames
         t_s = None if strict else packet.t_capture_ns / 1e9
-        targets, packet.detected, others = self._find(staged, strict, t_s)
-        packet.found = len(targets) + len(others)
+        targets = self._find(staged, strict, t_s, packet)
         self._sync()
         packet.timings_ms["detect" if packet.detected else "track"] = _ms(t0)
         if self.cache.enabled and self.landmarker is not None and targets:
@@ -581,7 +637,10 @@ class Engine:
                     self.cache.store(tid, keys[i], ((swap[i], enh[i]),
                                                     alignment_points(targets[i])))
         packet.swapped = sum(r is not None for r in rois)
-        packet.unswapped = others + [f for f, r in zip(targets, rois, strict=True) if r is None]
+        unrendered = [f for f, r in zip(targets, rois, strict=True) if r is None]
+        packet.unswapped += unrendered
+        packet.skipped += [SkippedFace(f.bbox, unswapped_reason(f, out.shape), f.angle, f.score)
+                           for f in unrendered]
         packet.output = out
         return packet
 
@@ -680,4 +739,4 @@ def _boxed(patch: Patch | None, side: int, w: int, h: int) -> Patch | None:
     return replace(patch, affine=affine)
 
 
-__all__ = ["WARM_FACES", "Engine", "PreparedSource", "alignment_points"]
+__all__ = ["WARM_FACES", "Engine", "PreparedSource", "alignment_points", "unswapped_reason"]

@@ -30,7 +30,7 @@ from livefuse.io.video import (
     probe,
     transcode,
 )
-from livefuse.types import Frame, StagedFrame
+from livefuse.types import Frame, FramePacket, SkippedFace, StagedFrame
 
 EXIT_INCOMPLETE = 3
 """``livefuse run``'s exit status when the input video ended early or was damaged: the output
@@ -58,6 +58,8 @@ class RunSummary:
     output holds what was decoded, and the CLI exits with :data:`EXIT_INCOMPLETE`."""
     stats: ChainStats | None = None
     """Busy seconds per pipeline stage (videos)."""
+    skipped: tuple[str, ...] = ()
+    """One line per face found and not swapped (still images), saying why."""
 
     @property
     def fps(self) -> float:
@@ -73,6 +75,7 @@ class RunSummary:
             f"frames with no face: {self.frames_without_face}",
             f"time:                {self.seconds:.2f} s ({self.fps:.1f} fps)",
         ]
+        out += [f"skipped: {n}" for n in self.skipped]
         out += [f"note: {n}" for n in self.notes]
         return out
 
@@ -91,7 +94,8 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
     assert packet.output is not None
     summary = RunSummary(target=target, output=output, frames=1, faces_found=packet.found,
                          faces_swapped=packet.swapped,
-                         frames_without_face=int(packet.found == 0))
+                         frames_without_face=int(packet.found == 0),
+                         skipped=tuple(skipped_lines(packet)))
     summary.seconds = time.perf_counter() - t0
     if packet.swapped == 0:
         raise NothingSwappedError(f"no face was swapped in '{target}': no face found "
@@ -101,6 +105,22 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
         out = keep_straight_colour(out, img)  # else the colour flattened onto black is right
     save_image(output, out, img.alpha)
     return summary
+
+
+def _where(face: SkippedFace) -> str:
+    b = face.bbox
+    turned = f", found turned by {face.angle} degrees" if face.angle else ""
+    return (f"the face at x={(b[0] + b[2]) / 2:.0f}, y={(b[1] + b[3]) / 2:.0f} "
+            f"({b[2] - b[0]:.0f} px wide{turned})")
+
+
+def skipped_lines(packet: FramePacket) -> list[str]:
+    """Lines for the user: each face of ``packet`` found and not swapped, and each detection not
+    counted as a face (a turned duplicate or a misfit), with why."""
+    out = [f"{_where(f)}: {f.reason}" for f in packet.skipped]
+    out += [f"a detection ignored, {_where(f)[4:]}, score {f.score:.2f}: {f.reason}"
+            for f in packet.dropped]
+    return out
 
 
 class EngineProcessor:

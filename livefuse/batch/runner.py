@@ -184,7 +184,7 @@ def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool
     if opts.executor == "local" or (not want_ray and not ray_available()):
         if opts.executor != "local":
             notes.append('Ray is not installed: items run in this process, one after another; '
-                         f"{install_hint('batch')} adds parallel workers")
+                         f"for parallel workers: {install_hint('batch')}")
         return LocalPool(factory, opts.video, opts.workers or 1), notes
     if not ray_available():
         raise LivefuseError(f"--address and --executor ray need Ray: {install_hint('batch')}")

@@ -38,4 +38,29 @@ class Analyser(Protocol):
         ...
 
 
-__all__ = ["Analyser", "AnyFrame", "host_frame"]
+class Landmarker(Protocol):
+    """Adds landmarks to faces already found: the classic analyser's 68 points, deferred until
+    the engine chose the faces it will swap (the renderer needs them), or the neural engine's
+    106 points (:mod:`livefuse.faces.landmarker`, the pose cache's expression and pose input).
+    Called on the inference thread."""
+
+    def landmarks(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face]:
+        """``faces`` with landmarks filled in, all faces in one batch; same order, every other
+        field kept."""
+        ...
+
+
+def landmarks_of(landmarker: Landmarker | None, frame: AnyFrame,
+                 faces: Sequence[Face]) -> list[Face]:
+    """``faces`` with landmarks from ``landmarker`` for those that lack the 68 points (a face
+    that has the classic engine's 68 landmarks keeps them); unchanged without a landmarker."""
+    todo = [i for i, f in enumerate(faces) if f.landmarks is None]
+    if landmarker is None or not todo:
+        return list(faces)
+    out = list(faces)
+    for i, f in zip(todo, landmarker.landmarks(frame, [faces[i] for i in todo]), strict=True):
+        out[i] = f
+    return out
+
+
+__all__ = ["Analyser", "AnyFrame", "Landmarker", "host_frame", "landmarks_of"]

@@ -27,13 +27,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import cv2
 import numpy as np
 import numpy.typing as npt
 
-from livefuse.faces.analyser import AnyFrame, host_frame
+from livefuse.faces.analyser import AnyFrame, Landmarker, host_frame, landmarks_of
 from livefuse.faces.insight import FaceModelError, SessionFactory, _load, _ort_session
 from livefuse.faces.landmarks106 import COUNT
 from livefuse.types import Face, StagedFrame
@@ -44,15 +44,6 @@ INPUT_SIZE = 192
 """The released model's input side in px (insightface ``alignment/coordinate_reg``)."""
 CROP_SCALE = 1.5
 """The crop's side in multiples of the bbox's longer side (insightface ``Landmark.get``)."""
-
-
-class Landmarker(Protocol):
-    """Adds landmarks to faces already found (the pose cache's expression and pose input)."""
-
-    def landmarks(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face]:
-        """``faces`` with ``landmarks_106`` filled in (``(106, 2) float32`` frame px), all faces
-        in one batch; same order, every other field kept."""
-        ...
 
 
 def crop_affine(bbox: npt.ArrayLike, size: int = INPUT_SIZE) -> npt.NDArray[np.float64]:
@@ -234,19 +225,6 @@ class TorchLandmarker:
         if self.batched or x.shape[0] == 1:
             return self.net(x)[0]
         return torch.cat([self.net(x[i:i + 1])[0] for i in range(x.shape[0])])
-
-
-def landmarks_of(landmarker: Landmarker | None, frame: AnyFrame,
-                 faces: Sequence[Face]) -> list[Face]:
-    """``faces`` with landmarks from ``landmarker`` for those that lack any (a face that has the
-    classic engine's 68 landmarks keeps them); unchanged without a landmarker."""
-    todo = [i for i, f in enumerate(faces) if f.landmarks is None]
-    if landmarker is None or not todo:
-        return list(faces)
-    out = list(faces)
-    for i, f in zip(todo, landmarker.landmarks(frame, [faces[i] for i in todo]), strict=True):
-        out[i] = f
-    return out
 
 
 __all__ = ["CROP_SCALE", "INPUT_SIZE", "Landmarker", "OrtLandmarker", "TorchLandmarker",

@@ -1,110 +1,205 @@
-"""Faces lying on their side or upside down: detect on the frame turned by 90°, 180° or 270° and
-map the faces back.
+"""Tilted faces, faces lying on their side and upside down: detect on the frame turned by
+multiples of 45 degrees and map the faces back. One mechanism for every analyser (dlib/CenterFace
+and SCRFD).
 
-Face detectors (dlib's HOG, SCRFD) are trained on upright faces and miss a face turned by more
-than ~45°. A photo taken with the phone on its side, or a streamer lying down, then gets no swap.
-:func:`detect_rotated` tries the detector on the turned frame and maps bbox, kps and landmarks
-back to the frame's own coordinates; the face keeps its semantic point order (left eye first in
-the face's own frame), so alignment and the renderers work unchanged, and ``Face.angle`` says at
-which turn it was found.
+Face detectors are trained on roughly upright faces: dlib's HOG misses faces rolled past ~30
+degrees, CenterFace's fast pass past ~45. A photo taken with the phone on its side, a head tilted
+onto a shoulder or a streamer lying down then gets no swap. :func:`detect_rotated` runs the
+detector on the frame turned by 45, 315, 90, 270, 135, 225 and 180 degrees (clockwise; the
+turns nearest upright first), so that with a detector good to +-30 degrees every roll is covered,
+and maps bbox, kps and landmarks back to the frame's own coordinates. A face keeps its semantic
+point order (left eye first in the face's own frame), so alignment and the renderers work
+unchanged, and ``Face.angle`` says at which turn it was found.
+
+A turned detection is kept only when it is a face in its own right: its landmarks must be laid
+out like a face inside its box (:func:`livefuse.faces.selection.plausible_face`), and it must not
+overlap a face found upright (a detector that sees a face upright at one turn can see a false
+face in its forehead and mouth upside down: a 180-degree detection scoring 0.04 over a real face
+at IoU 0.31 pasted an upside-down mouth on a forehead, issue 15). Among turned detections of the
+same face, the most confident wins.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import lru_cache
 from typing import Literal
 
 import cv2
 import numpy as np
 
 from livefuse.faces.analyser import AnyFrame, host_frame
-from livefuse.faces.tracking import iou
-from livefuse.types import Face, FloatArray, StagedFrame
+from livefuse.faces.selection import plausible_face
+from livefuse.faces.tracking import overlap
+from livefuse.types import Affine, Face, FloatArray, SkippedFace, StagedFrame
 
 RotationMode = Literal["off", "auto", "always"]
-"""``off``: upright only; ``auto``: the turned frames only when no face is found upright;
-``always``: every angle at every detection (4x the detector's cost)."""
-ANGLES = (90, 180, 270)
+"""``off``: upright only; ``auto``: the turned frames when no face is found upright, when a face
+found upright is itself rolled past :data:`ROLLED_DEGREES` (the scene may be turned), and always
+for a still image; ``always``: every turn at every detection (8x the detector's cost)."""
+ANGLES = (45, 315, 90, 270, 135, 225, 180)
+"""The turns tried (degrees clockwise), nearest upright first."""
+QUARTER_TURNS = (90, 180, 270)
+ROLLED_DEGREES = 45.0
+RELIABLE_ROLL = 30.0
+"""Degrees of roll, as the detector saw the face, within which every detector here is reliable
+(HOG's limit; CenterFace's fast pass reaches ~45)."""
+OVERLAP = 0.3
+"""A turned detection whose box covers this share of a kept face's box (or is covered by it,
+intersection over the smaller box) is the same face or a false one beside it."""
 _CV_ROTATE = {90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180,
               270: cv2.ROTATE_90_COUNTERCLOCKWISE}
-_DUPLICATE_IOU = 0.5  # a face found at two angles (tilted ~45°) is one face
+
+
+@lru_cache(maxsize=64)
+def turn_affine(angle: int, size: tuple[int, int]) -> tuple[Affine, tuple[int, int]]:
+    """The affine ``(2, 3) float64`` taking a frame of ``size = (width, height)`` to the frame
+    turned clockwise by ``angle`` degrees, and the turned frame's ``(width, height)``.
+
+    Quarter turns reproduce :func:`cv2.rotate`'s pixel mapping exactly (pixel centres on
+    integers); other angles turn about the centre onto a canvas that holds the whole frame.
+    """
+    w, h = size
+    a = angle % 360
+    if a == 0:
+        return np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), (w, h)
+    if a == 90:  # (x, y) -> (h - 1 - y, x)
+        return np.array([[0.0, -1.0, h - 1.0], [1.0, 0.0, 0.0]]), (h, w)
+    if a == 180:
+        return np.array([[-1.0, 0.0, w - 1.0], [0.0, -1.0, h - 1.0]]), (w, h)
+    if a == 270:  # (x, y) -> (y, w - 1 - x)
+        return np.array([[0.0, 1.0, 0.0], [-1.0, 0.0, w - 1.0]]), (h, w)
+    t = np.radians(a)
+    c, s = abs(np.cos(t)), abs(np.sin(t))
+    out = (int(np.ceil(w * c + h * s)), int(np.ceil(w * s + h * c)))
+    # OpenCV's positive angle turns counter-clockwise on screen (y points down)
+    m = np.asarray(cv2.getRotationMatrix2D(((w - 1) / 2.0, (h - 1) / 2.0), -float(a), 1.0),
+                   np.float64)
+    m[:, 2] += np.array([(out[0] - w) / 2.0, (out[1] - h) / 2.0])
+    return m, out
 
 
 def rotate_frame(frame: AnyFrame, angle: int) -> AnyFrame:
-    """``frame`` turned clockwise by ``angle`` (90, 180, 270); a staged frame is turned on the
-    host and, when it has one, on the device."""
-    host = np.ascontiguousarray(cv2.rotate(host_frame(frame), _CV_ROTATE[angle]), np.uint8)
+    """``frame`` turned clockwise by ``angle`` degrees (a multiple of 45). A quarter turn of a
+    staged frame is made on the host and, when it has one, on the device; other angles give a
+    host frame (black outside the turned picture)."""
+    host = host_frame(frame)
+    if angle not in _CV_ROTATE:
+        m, size = turn_affine(angle, (host.shape[1], host.shape[0]))
+        return np.ascontiguousarray(cv2.warpAffine(host, m, size, flags=cv2.INTER_LINEAR),
+                                    np.uint8)
+    turned = np.ascontiguousarray(cv2.rotate(host, _CV_ROTATE[angle]), np.uint8)
     if not isinstance(frame, StagedFrame):
-        return host
+        return turned
     device = None
     if frame.device is not None:
         import torch
 
         # torch.rot90 turns counter-clockwise for positive k
         device = torch.rot90(frame.device, k=-(angle // 90), dims=(0, 1)).contiguous()
-    return StagedFrame(host=host, device=device)
+    return StagedFrame(host=turned, device=device)
 
 
 def unrotate_points(points: FloatArray, angle: int, size: tuple[int, int]) -> FloatArray:
     """Points ``(N, 2)`` of the frame turned clockwise by ``angle`` mapped back to the frame,
     whose ``size`` is ``(width, height)``."""
-    w, h = size
-    x, y = points[:, 0], points[:, 1]
-    # cv2.rotate's pixel mapping (pixel centres on integers): 90 cw sends (x, y) to
-    # (h - 1 - y, x), so the turned frame's (x', y') comes from (y', h - 1 - x').
-    if angle == 90:
-        out = np.stack([y, h - 1 - x], 1)
-    elif angle == 180:
-        out = np.stack([w - 1 - x, h - 1 - y], 1)
-    elif angle == 270:
-        out = np.stack([w - 1 - y, x], 1)
-    else:
-        out = np.stack([x, y], 1)
-    return out.astype(np.float32)
+    m, _ = turn_affine(angle, size)
+    back = cv2.invertAffineTransform(m)
+    p = np.asarray(points, np.float64).reshape(-1, 2)
+    return (p @ back[:, :2].T + back[:, 2]).astype(np.float32)
 
 
 def unrotate_face(face: Face, angle: int, size: tuple[int, int]) -> Face:
-    """A face found on the frame turned by ``angle`` in the frame's own coordinates."""
+    """A face found on the frame turned by ``angle`` in the frame's own coordinates. Its box keeps
+    its width and height (swapped for a quarter turn) about the mapped-back centre: a face's box
+    does not grow because the picture was turned."""
     b = face.bbox
-    corners = unrotate_points(np.array([[b[0], b[1]], [b[2], b[1]], [b[0], b[3]], [b[2], b[3]]],
-                                       np.float32), angle, size)
-    bbox = np.array([*corners.min(0), *corners.max(0)], np.float32)
+    centre = unrotate_points(np.array([[(b[0] + b[2]) / 2, (b[1] + b[3]) / 2]], np.float32),
+                             angle, size)[0]
+    w, h = float(b[2] - b[0]), float(b[3] - b[1])
+    if angle % 180 == 90:
+        w, h = h, w
+    bbox = np.array([centre[0] - w / 2, centre[1] - h / 2, centre[0] + w / 2, centre[1] + h / 2],
+                    np.float32)
     lm = None if face.landmarks is None else unrotate_points(face.landmarks, angle, size)
     return replace(face, bbox=bbox, kps=unrotate_points(face.kps, angle, size), landmarks=lm,
                    angle=angle)
 
 
+def roll_degrees(face: Face) -> float:
+    """The face's roll from its eye line, degrees in (-180, 180] (0: level, image-left eye
+    first)."""
+    d = face.kps[1] - face.kps[0]
+    return float(np.degrees(np.arctan2(float(d[1]), float(d[0]))))
+
+
+def needs_sweep(mode: RotationMode, upright: Sequence[Face], still: bool) -> bool:
+    """Whether ``mode`` tries the turned frames after the upright pass found ``upright``."""
+    if mode == "off":
+        return False
+    if mode == "always" or still or not upright:
+        return True
+    return any(abs(roll_degrees(f)) > ROLLED_DEGREES for f in upright)
+
+
+def _rank(face: Face, roll_in_view: float) -> tuple[int, float]:
+    """Sort key, best first: how near upright the detector saw the face (within
+    :data:`RELIABLE_ROLL`, within twice that, beyond), then its score."""
+    r = abs(roll_in_view)
+    return (0 if r <= RELIABLE_ROLL else 1 if r <= 2 * RELIABLE_ROLL else 2), -face.score
+
+
 def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
-                   mode: RotationMode, upright: Sequence[Face] | None = None) -> list[Face]:
-    """Faces at any of the four quarter turns, per ``mode`` (see :data:`RotationMode`).
+                   mode: RotationMode, upright: Sequence[Face] | None = None,
+                   still: bool = False, dropped: list[SkippedFace] | None = None) -> list[Face]:
+    """Faces at any roll, per ``mode`` (see :data:`RotationMode`).
+
+    When the turns are tried, each face is taken from the pass that saw it best: the detections
+    of all passes are ranked by how near upright the detector saw the face (:func:`_rank`), then
+    by score, and each is kept unless it overlaps (:data:`OVERLAP`) a face kept before it. So a
+    turned detection over a face found upright is dropped (the face was seen upright, with a
+    higher score), and a face the upright pass saw upside down or as a small false face inside
+    it is taken from the turn that shows it upright. Detections that were not seen upright must
+    also be laid out like a face (:func:`~livefuse.faces.selection.plausible_face`).
 
     Args:
         detect: the analyser's detector.
+        frame: the frame, host or staged.
         upright: the upright detections when the caller already has them.
+        still: the frame is a still image (``auto`` then always tries the turns).
+        dropped: when given, detections dropped because their landmarks do not fit a face (and
+            overlapping no kept face) are appended, with why.
 
     Returns:
-        Faces in ``frame`` coordinates, left to right; a face found at two angles counts once
-        (the higher score wins).
+        Faces in ``frame`` coordinates, left to right.
     """
     faces = list(upright) if upright is not None else detect(frame)
-    if mode == "off" or (mode == "auto" and faces):
+    if not needs_sweep(mode, faces, still):
         return faces
     h, w = host_frame(frame).shape[:2]
+    seen = [(f, roll_degrees(f)) for f in faces]
     for angle in ANGLES:
-        turned = rotate_frame(frame, angle)
-        for f in detect(turned):
-            back = unrotate_face(f, angle, (w, h))
-            same = [g for g in faces if iou(g.bbox, back.bbox) >= _DUPLICATE_IOU]
-            if not same:
-                faces.append(back)
-            elif all(back.score > g.score for g in same):
-                faces = [g for g in faces if g not in same] + [back]
-        if mode == "auto" and faces:
-            break
-    faces.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
-    return faces
+        seen += [(unrotate_face(f, angle, (w, h)), roll_degrees(f))
+                 for f in detect(rotate_frame(frame, angle))]
+    kept: list[Face] = []
+    misfits = []
+    for face, roll in sorted(seen, key=lambda fr: _rank(*fr)):
+        if any(overlap(face.bbox, g.bbox) >= OVERLAP for g in kept):
+            continue  # the same face seen worse, or a false one in it
+        why = None if (face.angle == 0 and abs(roll) <= RELIABLE_ROLL) else plausible_face(face)
+        if why is not None:
+            misfits.append(SkippedFace(face.bbox, f"its landmarks do not fit a face ({why})",
+                                       face.angle, face.score))
+            continue
+        kept.append(face)
+    if dropped is not None:
+        dropped += [m for m in misfits
+                    if not any(overlap(m.bbox, g.bbox) >= OVERLAP for g in kept)]
+    kept.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
+    return kept
 
 
-__all__ = ["ANGLES", "RotationMode", "detect_rotated", "rotate_frame", "unrotate_face",
-           "unrotate_points"]
+__all__ = ["ANGLES", "OVERLAP", "QUARTER_TURNS", "RELIABLE_ROLL", "ROLLED_DEGREES", "RotationMode",
+           "detect_rotated", "needs_sweep", "roll_degrees", "rotate_frame",
+           "turn_affine", "unrotate_face", "unrotate_points"]

@@ -43,6 +43,15 @@ def iou(a: FloatArray, b: FloatArray) -> float:
     return inter / union if union > 0 else 0.0
 
 
+def overlap(a: FloatArray, b: FloatArray) -> float:
+    """Intersection over the smaller box's area of two ``(4,)`` x1, y1, x2, y2 boxes: 1 when one
+    box lies inside the other, whatever their sizes."""
+    ix = max(0.0, min(float(a[2]), float(b[2])) - max(float(a[0]), float(b[0])))
+    iy = max(0.0, min(float(a[3]), float(b[3])) - max(float(a[1]), float(b[1])))
+    small = min(float((a[2] - a[0]) * (a[3] - a[1])), float((b[2] - b[0]) * (b[3] - b[1])))
+    return ix * iy / small if small > 0 else 0.0
+
+
 def with_track_id(face: Face, track_id: int) -> Face:
     return replace(face, track_id=track_id)
 
@@ -152,4 +161,5 @@ class FaceTracker:
         return out
 
 
-__all__ = ["MATCH_EMBEDDING", "MATCH_IOU", "MAX_COAST", "FaceTracker", "iou", "with_track_id"]
+__all__ = ["MATCH_EMBEDDING", "MATCH_IOU", "MAX_COAST", "FaceTracker", "iou", "overlap",
+           "with_track_id"]

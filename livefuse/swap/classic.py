@@ -47,6 +47,19 @@ _SHADING_SIGMA = 0.08  # Gaussian sigma of the shading/colour low-pass
 _FEATURE_GROW = 0.05  # how far past its landmarks a feature is left out of the low-pass
 _DETAIL_FADE = 0.05  # the source's detail fades out over this width inside its hull's edge
 _FEATHER = 0.08  # Gaussian kernel of the blend ramp, centred on the mask's edge
+_OVERSAMPLE = 1.5  # a target face is rendered at no more than this many times the source's size
+_FEATURE_SOFTEN = 0.03  # Gaussian sigma that softens the edge of the source's feature weight
+# Skin colour (issue 18; the sweeps are in docs/CLASSIC.md, measured with facecheck.py colour on
+# astronaut -> t1.jpg): the target's colour is read at this finer scale, with its eyes and lips
+# (grown by _COLOUR_GROW) left out; a grey patch is a few percent of the face wide.
+_COLOUR_SIGMA = 0.025
+_COLOUR_GROW = 0.01
+_CURVE_BINS = 8  # lightness bins of the target's colour curve
+_CURVE_SAMPLES = 4096  # skin pixels read for the curve
+_DEEPEN = 0.5  # how far a pixel the swap makes darker follows the curve (1 overshoots: 1.07 chroma)
+_PALE = 0.1  # ... and one it makes lighter (more leaves pale patches beside the target's lips)
+_SKIN_DETAIL = 0.3  # share of the source's own colour detail kept on the skin (1 on features)
+_LOWPASS_SUPPORT = 0.3  # normalised-convolution weight under which a fine estimate falls back
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,7 @@ class ClassicSource:
             zero-area triangles removed.
         face: the source face in its photo's coordinates.
         path: the photo it came from, when known.
+        face_px: the square root of the area of the landmarks' hull, px (0: unknown).
     """
 
     crop: Frame
@@ -67,6 +81,7 @@ class ClassicSource:
     triangles: npt.NDArray[np.int32]
     face: Face
     path: Path | None = None
+    face_px: float = 0.0
 
 
 def prepare_source(image: Frame, face: Face, path: Path | None = None) -> ClassicSource:
@@ -90,7 +105,13 @@ def prepare_source(image: Frame, face: Face, path: Path | None = None) -> Classi
     area = np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
     # Coincident inner-lip points make degenerate triangles; they add nothing and slow the warp.
     tri = tri[area > 0.5]
-    return ClassicSource(crop=crop, landmarks=local, triangles=tri, face=face, path=path)
+    return ClassicSource(crop=crop, landmarks=local, triangles=tri, face=face, path=path,
+                         face_px=_hull_px(local))
+
+
+def _hull_px(points: FloatArray) -> float:
+    """The square root of the area of the points' convex hull, px."""
+    return float(np.sqrt(max(cv2.contourArea(cv2.convexHull(points.astype(np.float32))), 1.0)))
 
 
 def destination_shape(src_lm: FloatArray, tgt_lm: FloatArray, jaw_from_target: float,
@@ -151,25 +172,57 @@ def _hull_mask(points: FloatArray, shape: tuple[int, ...]) -> npt.NDArray[np.uin
     return mask
 
 
+def _parts_mask(landmarks: FloatArray, parts: Sequence[slice], shape: tuple[int, ...],
+                grow_px: float) -> npt.NDArray[np.uint8]:
+    """``(h, w) uint8`` 255 on the hulls of the landmark ``parts``, each grown by ``grow_px``."""
+    mask = np.zeros(shape[:2], np.uint8)
+    for part in parts:
+        cv2.fillConvexPoly(mask, cv2.convexHull(np.round(landmarks[part]).astype(np.int32)), 255)
+    g = 2 * round(grow_px) + 1
+    if g == 1:
+        return mask
+    return np.asarray(cv2.dilate(mask, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (g, g))),
+                      np.uint8)
+
+
 def _skin_weight(hull: npt.NDArray[np.uint8], landmarks: FloatArray, grow_px: float
                  ) -> npt.NDArray[np.float32]:
     """``(h, w) float32`` 1 on the face's skin: its hull without brows, eyes, nose wings and lips
     (each grown by ``grow_px``); falls back to the whole hull when the features cover most of it
     (a tiny face)."""
-    features = np.zeros_like(hull)
-    for part in _FEATURES:
-        cv2.fillConvexPoly(features, cv2.convexHull(np.round(landmarks[part]).astype(np.int32)),
-                           255)
-    g = 2 * round(grow_px) + 1
-    grown = cv2.dilate(features, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (g, g)))
-    skin = hull & ~np.asarray(grown, np.uint8)
+    skin = hull & ~_parts_mask(landmarks, _FEATURES, hull.shape, grow_px)
     if cv2.countNonZero(skin) < cv2.countNonZero(hull) // 4:
         skin = hull
     return skin.astype(np.float32) * np.float32(1.0 / 255.0)
 
 
+_EYES_AND_LIPS = (RIGHT_EYE, LEFT_EYE, slice(48, 60))
+
+
+def face_weights(source_hull: npt.NDArray[np.uint8], source_lm: FloatArray,
+                 target_hull: npt.NDArray[np.uint8], target_lm: FloatArray,
+                 alpha: npt.NDArray[np.uint8], face_px: float) -> FaceWeights:
+    """The :class:`FaceWeights` of one swap from both hulls and landmark sets (ROI coordinates)
+    and the blend ``alpha`` (uint8)."""
+    unit = np.float32(1.0 / 255.0)
+    grow = _FEATURE_GROW * face_px
+    source_skin = _skin_weight(source_hull, source_lm, grow)
+    features = np.clip(source_hull.astype(np.float32) * unit - source_skin, 0.0, 1.0)
+    features = np.asarray(cv2.GaussianBlur(features, (0, 0), max(1.0, _FEATURE_SOFTEN * face_px)),
+                          np.float32)
+    fade_px = max(1.0, _DETAIL_FADE * face_px)
+    inside = cv2.distanceTransform(source_hull, cv2.DIST_L2, 3)
+    fade = np.minimum(inside * np.float32(1.0 / fade_px), np.float32(1.0)).astype(np.float32)
+    eyes_lips = _parts_mask(target_lm, _EYES_AND_LIPS, target_hull.shape, _COLOUR_GROW * face_px)
+    colour = (target_hull & ~eyes_lips).astype(np.float32) * unit
+    return FaceWeights(source_skin=source_skin, source_features=features, fade=fade,
+                       target_skin=_skin_weight(target_hull, target_lm, grow),
+                       target_colour=colour, target_face=colour * alpha.astype(np.float32) * unit)
+
+
 def masked_lowpass(image: npt.NDArray[np.float32], weight: npt.NDArray[np.float32],
-                   sigma: float) -> npt.NDArray[np.float32]:
+                   sigma: float, fallback: npt.NDArray[np.float32] | None = None,
+                   min_sigma: float = 3.0) -> npt.NDArray[np.float32]:
     """Gaussian low-pass of ``image`` that only reads pixels where ``weight`` > 0.
 
     Normalised convolution (Knutsson & Westin 1993): ``G*(image*weight) / G*weight``, so skin next
@@ -180,13 +233,18 @@ def masked_lowpass(image: npt.NDArray[np.float32], weight: npt.NDArray[np.float3
         image: ``(h, w, c) float32``.
         weight: ``(h, w) float32`` in 0..1.
         sigma: Gaussian sigma in px (full scale).
+        fallback: ``(h, w, c) float32`` taken where few weighted pixels lie near (blended in as
+            the local weight falls under :data:`_LOWPASS_SUPPORT`); without it the result is 0
+            where no weighted pixel lies within a few sigma.
+        min_sigma: the smallest sigma (px) the reduced scale may leave.
 
     Returns:
-        ``(h, w, c) float32``; 0 where no weighted pixel lies within a few sigma.
+        ``(h, w, c) float32``.
     """
     h, w = weight.shape
-    # sigma >= 3 px after downscaling keeps the Gaussian well sampled.
-    f = max(1, int(sigma / 3))
+    # sigma >= 3 px after downscaling keeps the Gaussian well sampled (a smooth estimate may
+    # take less: the fine colour pass runs at 1.5)
+    f = max(1, int(sigma / min_sigma))
     num = image * weight[..., None]
     den = weight
     if f > 1:
@@ -197,39 +255,125 @@ def masked_lowpass(image: npt.NDArray[np.float32], weight: npt.NDArray[np.float3
     num = np.asarray(cv2.GaussianBlur(num, (0, 0), s), np.float32)
     den = np.asarray(cv2.GaussianBlur(den, (0, 0), s), np.float32)
     small = np.asarray(num / np.maximum(den, np.float32(1e-4))[..., None], np.float32)
+    if fallback is not None:  # blended at the reduced scale: the result is smooth either way
+        back = fallback if f == 1 else np.asarray(
+            cv2.resize(fallback, small.shape[1::-1], interpolation=cv2.INTER_AREA), np.float32)
+        support = np.minimum(den * np.float32(1.0 / _LOWPASS_SUPPORT), np.float32(1.0))
+        small = np.asarray(back + support[..., None] * (small - back), np.float32)
     if f == 1:
         return small
     return np.asarray(cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR), np.float32)
 
 
-def relight(warped: Frame, roi: Frame, source_skin: npt.NDArray[np.float32],
-            target_skin: npt.NDArray[np.float32], source_hull: npt.NDArray[np.uint8],
-            face_px: float) -> Frame:
-    """The warped source face under the target's shading and colour.
+@dataclass(frozen=True)
+class FaceWeights:
+    """Per-pixel weights of one swap, ``(h, w) float32`` in 0..1 in the ROI's coordinates.
 
-    Per LAB channel: ``lowpass(target) + fade * (source - lowpass(source))``, both low-passes
-    over skin only (:func:`masked_lowpass`, sigma = ``_SHADING_SIGMA * face_px``). ``fade`` takes
-    the source's detail to 0 at its hull's edge, where the source photo's hair, jaw shadow or
-    background would otherwise draw a line. A grey source has no chroma detail: its a/b are the
-    target's.
+    Attributes:
+        source_skin: the warped source's skin (hull without brows, eyes, nose wings and lips).
+        source_features: the warped source's brows, eyes, nose wings and lips (softened).
+        fade: 1 inside the source hull, falling to 0 at its edge (:data:`_DETAIL_FADE`).
+        target_skin: the target's skin, as ``source_skin``.
+        target_colour: the target's face hull without its eyes and lips: where its colour is
+            read at the fine scale (nose and brows included, so the skin next to them keeps the
+            target's own colour).
+        target_face: the target's face as a viewer sees its colour: the hull without eyes and
+            lips, weighted by the blend ``alpha``.
+    """
+
+    source_skin: npt.NDArray[np.float32]
+    source_features: npt.NDArray[np.float32]
+    fade: npt.NDArray[np.float32]
+    target_skin: npt.NDArray[np.float32]
+    target_colour: npt.NDArray[np.float32]
+    target_face: npt.NDArray[np.float32]
+
+
+def colour_curve(lab: npt.NDArray[np.float32], weight: npt.NDArray[np.float32],
+                 bins: int = _CURVE_BINS) -> tuple[npt.NDArray[np.float32],
+                                                   npt.NDArray[np.float32]] | None:
+    """The target skin's colour as a function of its lightness: ``(knots_L (n,), knots_ab
+    (n, 2))``, the median a/b of ``bins`` equal-count lightness bins of the pixels where
+    ``weight`` > 0.5, or ``None`` with too few pixels.
+
+    On a face, colour and lightness go together: a highlight is pale, a shadow is deeper in
+    colour. The swap's lightness differs from the target's where the source's own relief
+    lands, and the target's colour at that spot belongs to the target's lightness there (a
+    pale highlight under the source's shadow reads as a grey patch); the curve says how the
+    colour changes with the lightness on this face.
+    """
+    pix = lab[::2, ::2][weight[::2, ::2] > 0.5]  # medians of bins: a sample is enough
+    if len(pix) < 4 * bins:
+        return None
+    pix = pix[::max(1, len(pix) // _CURVE_SAMPLES)]
+    pix = pix[np.argsort(pix[:, 0], kind="stable")]
+    n = len(pix) // bins * bins
+    chunks = pix[len(pix) - n:].reshape(bins, -1, 3)
+    med = np.median(chunks, axis=1).astype(np.float32)
+    return med[:, 0], med[:, 1:]
+
+
+def _curve_table(curve: tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]
+                 ) -> npt.NDArray[np.float32]:
+    """The curve at every 8-bit lightness, ``(256, 2) float32``: a lookup instead of an
+    interpolation per pixel."""
+    knots, ab = curve
+    levels = np.arange(256, dtype=np.float32)
+    return np.stack([np.interp(levels, knots, ab[:, k]) for k in range(2)],
+                    axis=-1).astype(np.float32)
+
+
+def relight(warped: Frame, roi: Frame, weights: FaceWeights, face_px: float) -> Frame:
+    """The warped source face under the target's shading and colour (docs/CLASSIC.md).
+
+    * Lightness: ``lowpass(target) + fade * (source - lowpass(source))``, both low-passes over
+      skin only (:func:`masked_lowpass`, sigma = ``_SHADING_SIGMA * face_px``), then shifted so
+      that the face's mean lightness, as blended, is the target's.
+    * Colour (a/b): the target's own colour at a fine scale (sigma = ``_COLOUR_SIGMA *
+      face_px``, its eyes and lips left out), corrected along the target's colour curve
+      (:func:`colour_curve`) for the lightness the source's relief gives each pixel: fully
+      where the swap is darker (:data:`_DEEPEN`), a little where it is lighter
+      (:data:`_PALE`). The source's own colour detail is added on its features (eyes, brows,
+      lips) and only :data:`_SKIN_DETAIL` of it on the skin. A grey source has no colour
+      detail: its skin takes the target's colour.
 
     Args:
         warped, roi: ``(h, w, 3) uint8 BGR`` source warped onto the target, and the target.
-        source_skin, target_skin: ``(h, w) float32`` 0..1 where each one's skin is.
-        source_hull: ``(h, w) uint8`` 255 where the warped source is its face.
+        weights: where each face's skin and features are.
         face_px: the target's face size in px.
 
     Returns:
         ``(h, w, 3) uint8 BGR``.
     """
+    w = weights
     sigma = _SHADING_SIGMA * face_px
-    src = cv2.cvtColor(warped, cv2.COLOR_BGR2LAB).astype(np.float32)
-    tgt = cv2.cvtColor(roi, cv2.COLOR_BGR2LAB).astype(np.float32)
-    detail = src - masked_lowpass(src, source_skin, sigma)
-    fade_px = max(1.0, _DETAIL_FADE * face_px)
-    inside = cv2.distanceTransform(source_hull, cv2.DIST_L2, 3)
-    detail *= np.minimum(inside * (1.0 / fade_px), 1.0)[..., None]
-    out = masked_lowpass(tgt, target_skin, sigma) + detail
+    src = np.asarray(cv2.cvtColor(warped, cv2.COLOR_BGR2LAB), np.float32)
+    tgt = np.asarray(cv2.cvtColor(roi, cv2.COLOR_BGR2LAB), np.float32)
+    detail = (src - masked_lowpass(src, w.source_skin, sigma)) * w.fade[..., None]
+    low = masked_lowpass(tgt, w.target_skin, sigma)
+    out = np.empty_like(src)
+    out[..., 0] = low[..., 0] + detail[..., 0]
+    total = float(w.target_face.sum())
+    if total > 0:
+        out[..., 0] += float(((tgt[..., 0] - out[..., 0]) * w.target_face).sum()) / total
+    fine = masked_lowpass(tgt, w.target_colour, _COLOUR_SIGMA * face_px, fallback=low,
+                          min_sigma=1.5)
+    ab = np.ascontiguousarray(fine[..., 1:])
+    curve = colour_curve(tgt, w.target_colour)
+    if curve is not None:
+        # lightness from the target's light and the source's skin relief (its features keep
+        # their own colour detail below), clipped to the range the curve was measured on
+        lo, hi = float(curve[0][0]), float(curve[0][-1])
+        now = np.clip(low[..., 0] + detail[..., 0] * (1.0 - w.source_features) + 0.5, lo, hi)
+        was = np.clip(fine[..., 0] + 0.5, lo, hi)
+        now8, was8 = now.astype(np.uint8), was.astype(np.uint8)
+        table = _curve_table(curve)
+        gain = np.where(now8 < was8, np.float32(_DEEPEN), np.float32(_PALE))
+        for k in (0, 1):  # cv2.LUT: one table lookup per 8-bit lightness, per channel
+            t = np.ascontiguousarray(table[:, k])
+            ab[..., k] += (cv2.LUT(now8, t) - cv2.LUT(was8, t)) * gain
+    keep = _SKIN_DETAIL + (1.0 - _SKIN_DETAIL) * w.source_features
+    out[..., 1:] = ab + detail[..., 1:] * keep[..., None]
     return np.asarray(cv2.cvtColor(np.clip(out + 0.5, 0, 255).astype(np.uint8),
                                    cv2.COLOR_LAB2BGR), np.uint8)
 
@@ -290,14 +434,27 @@ class ClassicSwapper:
         if x1 - x0 < 8 or y1 - y0 < 8:
             return None
         roi = frame[y0:y1, x0:x1]
-        local = dst - np.array([x0, y0], np.float32)
+        # a face much larger than the source is rendered at a scale that still oversamples the
+        # source _OVERSAMPLE times (finer holds no more of the source's detail) and the patch
+        # is carried at that scale: the paste's one resample brings it to the frame
+        scale = 1.0 if source.face_px <= 0 else \
+            min(1.0, _OVERSAMPLE * source.face_px / _hull_px(target.landmarks))
+        to_patch = translation(x0, y0)
+        if scale < 1.0:
+            size = (max(8, round((x1 - x0) * scale)), max(8, round((y1 - y0) * scale)))
+            roi = np.asarray(cv2.resize(roi, size, interpolation=cv2.INTER_AREA), np.uint8)
+            sx, sy = size[0] / (x1 - x0), size[1] / (y1 - y0)
+            # pixel centres as cv2.resize maps them: x' = (x + 0.5) * s - 0.5
+            to_patch = np.array([[sx, 0.0, -sx * x0 + 0.5 * sx - 0.5],
+                                 [0.0, sy, -sy * y0 + 0.5 * sy - 0.5]], np.float64)
+        local = (dst @ to_patch[:, :2].T + to_patch[:, 2]).astype(np.float32)
         map_x, map_y, covered = _piecewise_affine_maps(
-            source.landmarks, local, source.triangles, (x1 - x0, y1 - y0))
+            source.landmarks, local, source.triangles, (roi.shape[1], roi.shape[0]))
         warped = cv2.remap(source.crop, map_x, map_y, cv2.INTER_LINEAR,
                            borderMode=cv2.BORDER_REPLICATE).astype(np.uint8, copy=False)
 
         source_hull = _hull_mask(local, roi.shape) & covered
-        tgt_local = target.landmarks - np.array([x0, y0], np.float32)
+        tgt_local = (target.landmarks @ to_patch[:, :2].T + to_patch[:, 2]).astype(np.float32)
         target_hull = _hull_mask(tgt_local, roi.shape)
         face_px = _face_size(target_hull)
         if face_px < 6:
@@ -309,12 +466,11 @@ class ClassicSwapper:
             cv2.fillPoly(mask, [np.round(tgt_local[INNER_MOUTH]).astype(np.int32)], 0)
         if cv2.countNonZero(mask) < 36:
             return None
-        grow = _FEATURE_GROW * face_px
-        face = relight(warped, roi, _skin_weight(source_hull, local, grow),
-                       _skin_weight(target_hull, tgt_local, grow), source_hull, face_px)
         alpha = _feather_alpha(mask, face_px) if cfg.blend == "feather" else mask
+        face = relight(warped, roi, face_weights(source_hull, local, target_hull, tgt_local,
+                                                 alpha, face_px), face_px)
         return Patch(image=face, alpha=alpha.astype(np.float32) * np.float32(1.0 / 255.0),
-                     affine=translation(x0, y0), blend=cfg.blend)
+                     affine=to_patch, blend=cfg.blend)
 
 
 def _feather_alpha(mask: npt.NDArray[np.uint8], face_px: float) -> npt.NDArray[np.uint8]:

@@ -259,12 +259,12 @@ def test_non_finite_landmarks_fall_back_to_fp32(replica: Path,
     """A reduced-precision overflow never reaches the cache key: the batch is run again in
     fp32 and the landmarker stays there."""
     img, faces = photo_faces
-    lm = TorchLandmarker(replica, "cpu", "bf16")
+    lm = TorchLandmarker(replica, "cpu", "fp16")
     real = lm.net.forward
 
     def overflowing(x: torch.Tensor) -> Any:
         out = real(x)
-        return [o.fill_(float("nan")) for o in out] if x.dtype == torch.bfloat16 else out
+        return [o.fill_(float("nan")) for o in out] if x.dtype == torch.float16 else out
 
     lm.net.forward = overflowing  # type: ignore[method-assign]
     got = lm.landmarks(img, faces[:2])
@@ -272,6 +272,24 @@ def test_non_finite_landmarks_fall_back_to_fp32(replica: Path,
     assert all(np.isfinite(f.landmarks_106).all() for f in got)  # type: ignore[arg-type]
     ref = _insightface(replica, img, faces[:2])
     assert np.abs(np.stack([f.landmarks_106 for f in got]) - ref).max() < 0.1  # type: ignore[misc]
+
+
+def test_the_network_replays_one_graph_per_batch_size(
+        replica: Path, photo_faces: tuple[np.ndarray, list[Face]]) -> None:
+    """On CUDA the network is captured once per batch size and replayed (the CPU stand-in
+    re-runs the captured call on its static buffers, so a stale buffer gives wrong points)."""
+    from livefuse.models.graph_cache import EagerGraphs, GraphCache
+
+    img, faces = photo_faces
+    graphs = GraphCache(EagerGraphs())
+    lm = TorchLandmarker(replica, "cpu", graphs=graphs)
+    eager = TorchLandmarker(replica, "cpu")
+    assert lm.graphs is graphs and eager.graphs is None
+    for batch in (faces[:2], faces[:1], faces[1:3], faces[:1]):
+        got = np.stack([f.landmarks_106 for f in lm.landmarks(img, batch)])  # type: ignore[misc]
+        ref = np.stack([f.landmarks_106 for f in eager.landmarks(img, batch)])  # type: ignore[misc]
+        assert np.abs(got - ref).max() < 1e-3
+    assert sorted(graphs.keys) == [1, 2] and graphs.captures == 2
 
 
 def test_a_broken_key_never_hits() -> None:

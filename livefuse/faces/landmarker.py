@@ -27,7 +27,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cv2
 import numpy as np
@@ -38,10 +38,15 @@ from livefuse.faces.insight import FaceModelError, SessionFactory, _load, _ort_s
 from livefuse.faces.landmarks106 import COUNT
 from livefuse.types import Face, StagedFrame
 
+if TYPE_CHECKING:
+    from livefuse.models.graph_cache import GraphCache
+
 log = logging.getLogger(__name__)
 
 INPUT_SIZE = 192
 """The released model's input side in px (insightface ``alignment/coordinate_reg``)."""
+MAX_BATCH = 8
+"""Faces a batched export runs at once (more run in chunks: one CUDA graph per chunk size)."""
 CROP_SCALE = 1.5
 """The crop's side in multiples of the bbox's longer side (insightface ``Landmark.get``)."""
 
@@ -146,28 +151,33 @@ class OrtLandmarker:
 class TorchLandmarker:
     """The 106-point landmarker in PyTorch on the device that holds the frame: every face's crop
     in one ``grid_sample`` of the staged frame, one network run (one per face when the export
-    fixes its batch at 1 inside the graph), one read-back of ``(N, 212)``.
+    fixes its batch at 1 inside the graph), one read-back of ``(N, 212)``. On a CUDA device the
+    network replays a CUDA graph per batch size (:class:`~livefuse.models.graph_runner.TorchGraph`),
+    captured by the engine's warm-up (:meth:`livefuse.engine.Engine.warm_up`).
 
     Args:
         path: the ``2d106det.onnx`` file, run by :class:`~livefuse.models.onnx_torch.OnnxModule`.
         device: ``cuda[:N]``, or ``cpu`` (tests).
-        precision: ``fp32``, ``fp16`` or ``bf16`` (the network; crops and decoding float32).
+        precision: ``fp32``, ``fp16`` or ``bf16`` (the network; crops and decoding float32);
+            resolved by :func:`livefuse.precision.resolve_precision` (bf16 needs CUDA ≥ 8.0).
+        graphs: a graph cache to replay from instead of a CUDA one (tests:
+            :class:`~livefuse.models.graph_cache.EagerGraphs` on the CPU).
 
     Raises:
         FaceModelError: the file is missing, unreadable, a node cannot run, or it is not a
             106-point landmark model.
     """
 
-    def __init__(self, path: str | Path, device: str = "cpu", precision: str = "fp32") -> None:
+    def __init__(self, path: str | Path, device: str = "cpu", precision: str = "fp32",
+                 graphs: GraphCache | None = None) -> None:
         import torch
 
         from livefuse.faces.arcface_torch import open_image_net
-        from livefuse.models.onnx_torch import OnnxModelError, precision_dtype
+        from livefuse.models.graph_runner import TorchGraph
+        from livefuse.models.onnx_torch import OnnxModelError
 
         self.path = Path(path)
         self.device = torch.device(device)
-        self.precision = precision
-        self.dtype = precision_dtype(precision)
         if not self.path.is_file():
             raise FaceModelError(self.path, "no such file (run `livefuse models fetch NAME`)")
         net, side = open_image_net(self.path, "a landmark model")
@@ -183,7 +193,12 @@ class TorchLandmarker:
             self.batched = net.output_shapes((2, 3, s, s))[0] == (2, 2 * COUNT)
         except OnnxModelError:
             self.batched = False
-        self.net = net.to(self.device, self.dtype).eval()
+        # one CUDA graph per batch size on a CUDA device: run eagerly, the network's ~170 kernel
+        # launches a face cost 4-5 ms of host CPU on every cached frame (docs/BENCHMARKS.md
+        # §12.1); the runner also holds the precision guard (fp32 from the file's weights)
+        self.runner = TorchGraph(net, path=self.path, device=device, precision=precision,
+                                 cuda_graph=True, max_batch=MAX_BATCH if self.batched else 1,
+                                 graphs=graphs)
 
     def _frame_tensor(self, frame: AnyFrame) -> Any:
         import torch
@@ -205,26 +220,29 @@ class TorchLandmarker:
             m = torch.from_numpy(affines.astype(np.float32)).to(frame_t.device)
             crops = warp_crops(frame_t, m, self.input_size)  # RGB, whole levels, like warpAffine
             x = (crops - self.input_mean) / self.input_std
-            pred = self._run(x.to(self.dtype)).float().cpu().numpy()  # the one read-back
-            if not np.isfinite(pred).all() and self.dtype != torch.float32:
-                # the precision guard: a reduced-precision overflow is undone in fp32, and the
-                # landmarker stays there (as the swapper does)
-                log.warning("2d106det gave non-finite landmarks in %s: fp32 from now on",
-                            self.precision)
-                from livefuse.models.onnx_torch import OnnxModule
-
-                # from the file: the reduced-precision copy has lost the weights' low bits
-                self.net = OnnxModule(self.path).to(self.device, torch.float32).eval()
-                self.dtype, self.precision = torch.float32, "fp32 (fallback)"
-                pred = self._run(x).float().cpu().numpy()
+            # the one read-back; a non-finite reduced-precision output is computed again in fp32
+            # there, and the runner stays in fp32 (as the swapper does)
+            pred = self.runner.run_tensors(x)[0].cpu().numpy()
         return _with_landmarks(faces, decode(pred, affines, self.input_size))
 
-    def _run(self, x: Any) -> Any:
-        import torch
+    @property
+    def net(self) -> Any:
+        """The network module now running (its precision: :attr:`dtype`)."""
+        return self.runner.module
 
-        if self.batched or x.shape[0] == 1:
-            return self.net(x)[0]
-        return torch.cat([self.net(x[i:i + 1])[0] for i in range(x.shape[0])])
+    @property
+    def precision(self) -> str:
+        """``fp32``, ``fp16``, ``bf16``, or ``fp32 (fallback)`` after the guard latched."""
+        return self.runner.precision_in_use
+
+    @property
+    def dtype(self) -> Any:
+        return self.runner.dtype
+
+    @property
+    def graphs(self) -> GraphCache | None:
+        """Its CUDA graphs (one owner per batch size), ``None`` when it runs eagerly."""
+        return self.runner.graphs
 
 
 __all__ = ["CROP_SCALE", "INPUT_SIZE", "Landmarker", "OrtLandmarker", "TorchLandmarker",

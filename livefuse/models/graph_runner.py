@@ -228,6 +228,11 @@ class TorchGraph:
         return False
 
     @property
+    def graphs(self) -> GraphCache | None:
+        """The graph cache its batches replay from, ``None`` when it runs eagerly."""
+        return self._graphs
+
+    @property
     def precision_in_use(self) -> str:
         """``fp16``, ``bf16``, ``fp32``, or ``fp32 (fallback)`` after the guard latched."""
         return "fp32 (fallback)" if self._latched else self.precision

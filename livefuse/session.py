@@ -302,7 +302,7 @@ class Session:
             self._engine.set_reference(self._reference)
         return self._engine
 
-    def _make_sink(self, key: _SinkKey) -> Sink:
+    def _make_sink(self, key: _SinkKey, clock: VideoFileSource | None) -> Sink:
         if key.kind == "preview":
             assert self._on_frame is not None
             return PreviewSink(self._on_frame, on_status=self._status)
@@ -312,16 +312,23 @@ class Session:
                                      on_status=self._status)
         path, fps = key.detail
         # a video file input: the recording keeps the file's timestamps and audio
-        return RecorderSink(path, fps=fps, on_status=self._status, clock=self._clock)
+        return RecorderSink(path, fps=fps, on_status=self._status, clock=clock)
 
-    def _sync_sinks(self) -> list[Sink]:
-        """Make the sink set match the config; returns the sinks to close once let go of."""
-        wanted = _wanted(self._config.capture, self._config.output, self._on_frame is not None)
+    def _sinks_for(self, config: AppConfig, clock: VideoFileSource | None
+                   ) -> tuple[dict[_SinkKey, Sink], list[Sink]]:
+        """The sink set ``config`` wants (the current sinks kept where they match, the others
+        made) and the current ones it drops; nothing is changed here, so a sink that cannot be
+        made leaves the session as it was.
+
+        Raises:
+            LivefuseError: a sink cannot be made (the ones made for this call are closed).
+        """
+        wanted = _wanted(config.capture, config.output, self._on_frame is not None)
         removed = [s for k, s in self._sinks.items() if k not in wanted]
         sinks: dict[_SinkKey, Sink] = {}
         try:
             for k in wanted:
-                sinks[k] = self._sinks.get(k) or self._make_sink(k)
+                sinks[k] = self._sinks.get(k) or self._make_sink(k, clock)
         except BaseException:
             # a sink that cannot be made (a recording path refused): the ones just made for
             # it go too, or their threads would outlive the failed start
@@ -330,8 +337,7 @@ class Session:
                     with contextlib.suppress(Exception):
                         sink.close()
             raise
-        self._sinks = sinks
-        return removed
+        return sinks, removed
 
     # -- running --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -353,7 +359,7 @@ class Session:
             self._check_reference(self._config)
             source = self._source_factory(self._config.capture)
             self._clock = source if isinstance(source, VideoFileSource) else None
-            self._sync_sinks()
+            self._sinks, _ = self._sinks_for(self._config, self._clock)
             engine = self._engine
             # a stop that timed out inside a model load: the new runner waits for that thread
             # and takes the engine it was loading, instead of loading a second one beside it
@@ -437,23 +443,30 @@ class Session:
         if self._runner is not None:
             self._check_reference(config)
         with self._lock:
-            old, self._config = self._config, config
-            self._revision += 1
-            runner = self._runner
-            if runner is None:
-                self._update_prepared(old, config)
-            elif config.capture != old.capture:
+            old, runner = self._config, self._runner
+            # what can fail first (a source or a recording that cannot be made): until all is
+            # made, the session keeps its settings, its source and its sinks
+            source, clock = None, self._clock
+            if runner is not None and config.capture != old.capture:
                 source = self._source_factory(config.capture)
-                self._clock = source if isinstance(source, VideoFileSource) else None
-                runner.replace_source(source, config.capture.max_open_attempts)
-            if runner is not None:
-                runner.apply(config)
+                clock = source if isinstance(source, VideoFileSource) else None
+            sinks: dict[_SinkKey, Sink] | None = None
+            removed: list[Sink] = []
             if runner is not None and (config.output != old.output or
                                        config.capture != old.capture):
-                removed = self._sync_sinks()
-                runner.set_sinks(list(self._sinks.values()))
+                sinks, removed = self._sinks_for(config, clock)
+            self._config = config
+            self._revision += 1
+            if runner is None:
+                self._update_prepared(old, config)
             else:
-                removed = []
+                if source is not None:
+                    self._clock = clock
+                    runner.replace_source(source, config.capture.max_open_attempts)
+                runner.apply(config)
+                if sinks is not None:
+                    self._sinks = sinks
+                    runner.set_sinks(list(sinks.values()))
         if config.control != old.control:  # outside the lock: request threads take it
             self._sync_control()
         if removed and runner is not None:

@@ -285,6 +285,33 @@ def test_a_reference_photo_reaches_the_engine_and_survives_a_rebuild(
         assert session.stop(2.0)
 
 
+def test_a_setting_whose_recording_cannot_be_made_changes_nothing(
+        source_face: LoadedImage, tmp_path: Path) -> None:
+    """Session.apply makes the new sinks before it takes the settings: a refused recording
+    leaves the running session with its old settings and sinks, and a later change works."""
+    from livefuse.config import OutputConfig
+    from livefuse.errors import LivefuseError
+    from livefuse.session import Session
+
+    session = Session(AppConfig(), engine_factory=lambda c: _Passthrough(),
+                      source_factory=lambda c: ImageSource(np.zeros((48, 64, 3), np.uint8), 100))
+    session.set_source_face(source_face)
+    session.start()
+    try:
+        before = session.config
+        bad = dataclasses.replace(before, output=OutputConfig(record=str(tmp_path / "rec.xyz")),
+                                  engine=EngineConfig(detect_every=5))
+        with pytest.raises(LivefuseError, match="rec.xyz"):
+            session.apply(bad)
+        assert session.config == before
+        good = dataclasses.replace(bad, output=OutputConfig(record=str(tmp_path / "rec.mp4")))
+        session.apply(good)
+        assert session.config == good
+    finally:
+        assert session.stop(2.0)
+    assert not (tmp_path / "rec.xyz").exists()
+
+
 def test_start_stop_cycles_leave_no_thread() -> None:
     before = {t.ident for t in threading.enumerate()}
     runner = LiveRunner(_Passthrough(), TestPatternSource(64, 48, 200), [])

@@ -154,3 +154,19 @@ def _offset(got: list[Fraction], grid: set[Fraction]) -> Fraction:
         if all(t + g in grid for t in got):
             return g
     raise AssertionError("the recorded frames are not on the file's frame grid")
+
+
+def test_a_relative_recording_path_lands_where_it_was_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file opens on the writer thread after the first frame: a chdir in between (the app's
+    file dialogs) must not move the recording."""
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    rec = RecorderSink("rec.mp4")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    for i in range(3):
+        rec.send(np.full((48, 64, 3), i * 10, np.uint8), i * 33_333_333)
+    rec.close()
+    assert (tmp_path / "here" / "rec.mp4").is_file()
+    assert not (tmp_path / "elsewhere" / "rec.mp4").exists()

@@ -418,7 +418,9 @@ class RecorderSink(Sink):
     def __init__(self, path: str | os.PathLike[str], fps: float = 30.0, crf: int = 20,
                  on_status: Callable[[str], None] = lambda s: None,
                  clock: MediaClock | None = None) -> None:
-        self.path = Path(path)
+        # absolute now: the file is opened on the writer thread, and a later chdir (the app's
+        # file dialogs) must not move where the recording lands
+        self.path = Path(path).absolute()
         if self.path.suffix.lower() not in {".mp4", ".mkv", ".mov"}:
             raise VideoError(self.path, f"unsupported recording suffix '{self.path.suffix}': "
                                         "use .mp4, .mkv or .mov")

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from livefuse.cli_args import HelpFormatter, engine_config
+from livefuse.cli_args import HelpFormatter, check_engine_options, engine_config
 from livefuse.config import AppConfig, CacheConfig
 from livefuse.live_cli import add_guard_args, add_settings_args, guard_config
+from livefuse.models.engine_choice import resolve_engine
 from livefuse.presets import Preset, PresetError, PresetSource, PresetStore
 
 
@@ -39,6 +40,9 @@ def _cmd_save(args: argparse.Namespace) -> int:
     from livefuse.imaging import load_image
 
     engine_cfg = engine_config(args)
+    # the preset keeps the request (``auto`` stays auto); options the engine that runs here does
+    # not read are refused as `live` refuses them, not stored to be ignored
+    check_engine_options(args, resolve_engine(engine_cfg))
     cache = CacheConfig(enabled=args.cache, threshold=args.cache_threshold,
                         refresh_every_n=args.cache_refresh)
     config = AppConfig(engine=engine_cfg, cache=cache, guard=guard_config(args)).validate()

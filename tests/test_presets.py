@@ -186,3 +186,16 @@ def test_presets_cli_refuses_a_photo_without_a_face(
     assert main(["presets", "save", "Wall", "-s", str(wall), "--engine", "classic"]) == 2
     assert "no face in source" in capsys.readouterr().err
     assert not (tmp_path / "cfg" / "livefuse" / "presets" / "Wall.toml").exists()
+
+
+def test_presets_cli_refuses_an_option_its_engine_would_ignore(
+        tmp_path: Path, photo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """As `live` refuses it: a preset never stores an option that its engine does not read."""
+    from livefuse.cli import main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    assert main(["presets", "save", "Masked", "-s", str(photo), "--engine", "classic",
+                 "--face-mask-types", "box"]) == 2
+    assert "only the neural engine uses" in capsys.readouterr().err
+    assert not (tmp_path / "cfg" / "livefuse" / "presets" / "Masked.toml").exists()

@@ -54,7 +54,7 @@ class PassEngine:
         return FramePacket(index=index, t_capture_ns=t_capture_ns or 0, frame=host, output=host)
 
 
-def wait_for(cond: Callable[[], object], timeout: float = 10.0) -> bool:
+def wait_for(cond: Callable[[], object], timeout: float = 30.0) -> bool:
     """Poll ``cond`` every 20 ms until it is true (``True``) or ``timeout`` s pass (``False``)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -301,7 +301,7 @@ def test_a_setting_whose_recording_cannot_be_made_changes_nothing(
         before = session.config
         bad = dataclasses.replace(before, output=OutputConfig(record=str(tmp_path / "rec.xyz")),
                                   engine=EngineConfig(detect_every=5))
-        with pytest.raises(LivefuseError, match="rec.xyz"):
+        with pytest.raises(LivefuseError, match=r"rec\.xyz"):
             session.apply(bad)
         assert session.config == before
         good = dataclasses.replace(bad, output=OutputConfig(record=str(tmp_path / "rec.mp4")))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from stub_engine import wait_for
 
 from livefuse.config import AppConfig, CaptureConfig, EngineConfig
 from livefuse.engine import Engine
@@ -167,14 +168,6 @@ class ThreadWatch:
         self._t.join()
 
 
-def _wait(cond: Callable[[], bool], timeout: float = 20.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return False
-
 
 SOURCE = LoadedImage(bgr=_frames()[0], alpha=None, path=Path("src.png"))
 
@@ -187,13 +180,13 @@ def test_frames_captured_during_rebuilds_are_staged_by_the_new_engine() -> None:
                         on_status=statuses.append)
     with ThreadWatch() as watch:
         runner.start()
-        assert _wait(lambda: runner.frames_out > 5)
+        assert wait_for(lambda: runner.frames_out > 5)
         for i in range(3):  # a precision change needs the models loaded again: a rebuild
             out = runner.frames_out
             runner.apply(AppConfig(engine=EngineConfig(precision="fp16" if i % 2 == 0 else
                                                        "fp32")))
-            assert _wait(lambda n=i: len(loads) == n + 2)
-            assert _wait(lambda o=out: runner.frames_out > o + 5)
+            assert wait_for(lambda n=i: len(loads) == n + 2)
+            assert wait_for(lambda o=out: runner.frames_out > o + 5)
         assert runner.stop(2.0)
     assert runner.errors == 0, statuses
     assert not [s for s in statuses if s.startswith("engine error")], statuses
@@ -215,16 +208,16 @@ def test_a_stop_inside_a_rebuild_never_leaves_two_inference_threads() -> None:
     with ThreadWatch() as watch:
         session.start()
         runner = session.runner
-        assert runner is not None and _wait(lambda: runner.frames_out > 5)
+        assert runner is not None and wait_for(lambda: runner.frames_out > 5)
         for i in range(2):
             session.apply(replace(cfg, engine=EngineConfig(
                 precision="fp16" if i % 2 == 0 else "fp32")))
             n = len(loads)
-            assert _wait(lambda n=n: len(loads) == n + 1)  # the rebuild's load has begun
+            assert wait_for(lambda n=n: len(loads) == n + 1)  # the rebuild's load has begun
             assert not session.stop(0.05)  # it times out inside the load
             session.start()  # at once
             runner = session.runner
-            assert runner is not None and _wait(lambda r=runner: r.frames_out > 5)
+            assert runner is not None and wait_for(lambda r=runner: r.frames_out > 5)
             time.sleep(REBUILD_DELAY_S)
         assert session.stop(2.0)
     assert watch.most == 1 and busy.most == 1
@@ -239,10 +232,10 @@ def test_a_runner_restarted_after_a_timed_out_stop_runs_one_thread() -> None:
                         AppConfig(), source_face=SOURCE, factory=slow_factory(loads, busy))
     with ThreadWatch() as watch:
         runner.start()
-        assert _wait(lambda: len(loads) == 1)
+        assert wait_for(lambda: len(loads) == 1)
         assert not runner.stop(0.05)  # inside the first load
         runner.start()
-        assert _wait(lambda: runner.frames_out > 5)  # it does run after all
+        assert wait_for(lambda: runner.frames_out > 5)  # it does run after all
         assert runner.stop(2.0)
     assert watch.most == 1 and busy.most == 1 and len(loads) == 1 and runner.errors == 0
 
@@ -276,13 +269,13 @@ def test_neural_engine_rebuilds_under_load_on_cuda(tmp_path: Path) -> None:
                         factory=factory, on_status=statuses.append)
     with ThreadWatch() as watch:
         runner.start()
-        assert _wait(lambda: runner.frames_out > 10, 60)
+        assert wait_for(lambda: runner.frames_out > 10, 60)
         for i in range(4):
             out = runner.frames_out
             runner.apply(AppConfig(engine=replace(
                 engine_cfg, precision="fp32" if i % 2 == 0 else "fp16")))
-            assert _wait(lambda n=i: len(loads) == n + 2, 60)
-            assert _wait(lambda o=out: runner.frames_out > o + 10, 60)
+            assert wait_for(lambda n=i: len(loads) == n + 2, 60)
+            assert wait_for(lambda o=out: runner.frames_out > o + 10, 60)
         assert runner.stop(5.0)
     assert runner.errors == 0, statuses
     assert watch.most == 1

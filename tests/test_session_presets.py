@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from lockstep import LockstepSource
+from stub_engine import wait_for
 
 from livefuse.config import AppConfig, CaptureConfig, EngineConfig
 from livefuse.engine import Engine
@@ -77,14 +77,6 @@ def _session(store: PresetStore, analyser: Any, source: Source, on_frame: Any) -
                    engine_factory=lambda c: Engine(c.engine, analyser=analyser, cache=c.cache))
 
 
-def _wait(cond: Any, timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return False
-
 
 def test_switch_takes_the_next_frame_with_no_black_or_unswapped_frame(
         store: PresetStore, analyser: Any, clip: GuardClip) -> None:
@@ -101,7 +93,7 @@ def test_switch_takes_the_next_frame_with_no_black_or_unswapped_frame(
                 def ask() -> None:
                     asked["preset"] = session.switch_preset("hanks")
                 threading.Thread(target=ask).start()
-                asked["pending"] = _wait(lambda: session.runner is not None and
+                asked["pending"] = wait_for(lambda: session.runner is not None and
                                          session.runner.switch_pending)
         finally:
             source.turn.release()
@@ -114,7 +106,7 @@ def test_switch_takes_the_next_frame_with_no_black_or_unswapped_frame(
     assert ready["Neural"] == "other models: prepared when switched to"
     detections = counting.photo_detections
     session.start()
-    assert _wait(lambda: session.source_ended)
+    assert wait_for(lambda: session.source_ended)
     session.stop(2.0)
     assert asked["pending"] and asked["preset"].name == "Hanks"
     assert session.active_preset == "Hanks" and session.runner is None
@@ -146,7 +138,7 @@ def test_a_preset_that_cannot_be_used_is_refused_and_the_stream_keeps_its_preset
     astro = session.source_path
     session.start()
     try:
-        assert _wait(lambda: len(got) >= 3)
+        assert wait_for(lambda: len(got) >= 3)
         with pytest.raises(PresetError, match="file not found; the stream keeps preset 'Astro'"):
             session.switch_preset("Gone")
         with pytest.raises(PresetError, match="'Wall': refused: no face in source"):
@@ -158,7 +150,7 @@ def test_a_preset_that_cannot_be_used_is_refused_and_the_stream_keeps_its_preset
         with pytest.raises(PresetError, match=r"'Neural': refused: .*models"):
             session.switch_preset("Neural")
         n = len(got)
-        assert _wait(lambda: len(got) >= n + 3)  # the stream carries on
+        assert wait_for(lambda: len(got) >= n + 3)  # the stream carries on
         assert session.active_preset == "Astro" and not session.preset_modified
         assert session.source_path == astro and session.config.engine == ENGINE
         engine = session.engine

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -59,7 +60,8 @@ class RunSummary:
     stats: ChainStats | None = None
     """Busy seconds per pipeline stage (videos)."""
     skipped: tuple[str, ...] = ()
-    """One line per face found and not swapped (still images), saying why."""
+    """Why faces found were not swapped: one line per face (still images), or per reason with
+    how many faces in how many frames (videos)."""
 
     @property
     def fps(self) -> float:
@@ -126,11 +128,15 @@ def skipped_lines(packet: FramePacket) -> list[str]:
 class EngineProcessor:
     """The Engine as :func:`~livefuse.io.video.transcode` runs it: ``stage`` on the staging
     thread (the GPU path's upload), ``process`` on the processing thread, counting faces into
-    ``summary``. Each frame is smoothed by its own timestamp (its pts), not a nominal one, so a
-    variable-frame-rate clip's landmarks move in real seconds."""
+    ``summary`` and why faces were skipped (:meth:`skipped_lines`). Each frame is smoothed by
+    its own timestamp (its pts), not a nominal one, so a variable-frame-rate clip's landmarks
+    move in real seconds."""
 
     def __init__(self, engine: Engine, summary: RunSummary) -> None:
         self.engine, self.summary = engine, summary
+        self._skips: Counter[str] = Counter()
+        self._skip_frames: Counter[str] = Counter()
+        self._example: dict[str, str] = {}
 
     def stage(self, frame: Frame) -> StagedFrame:
         return self.engine.stage(frame)
@@ -141,8 +147,24 @@ class EngineProcessor:
         self.summary.faces_found += packet.found
         self.summary.faces_swapped += packet.swapped
         self.summary.frames_without_face += int(packet.found == 0)
+        kinds = set()
+        for face in packet.skipped:
+            # "too small to swap (14 px wide)" and "(15 px wide)" are one reason over a video
+            kind = face.reason.split(" (", 1)[0]
+            self._skips[kind] += 1
+            self._example.setdefault(kind, face.reason)
+            kinds.add(kind)
+        self._skip_frames.update(kinds)
         assert packet.output is not None
         return packet.output
+
+    def skipped_lines(self) -> list[str]:
+        """One line per reason faces were found and not swapped, most frequent first: how many
+        faces in how many frames, and the reason as first met (``3 faces in 3 frames: not
+        selected (face selector 'one')``)."""
+        return [f"{n} face{'s' if n != 1 else ''} in {self._skip_frames[k]} frame"
+                f"{'s' if self._skip_frames[k] != 1 else ''}: {self._example[k]}"
+                for k, n in self._skips.most_common()]
 
 
 def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
@@ -177,10 +199,11 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
         if on_frame is not None:
             on_frame(n)
 
+    processor = EngineProcessor(engine, summary)
     t0 = time.perf_counter()
     try:
         result = transcode(target, output, on_frame=count, options=video, span=span,
-                           processor=EngineProcessor(engine, summary),
+                           processor=processor,
                            keep=lambda: span is not None or summary.faces_swapped > 0,
                            cancel=cancel)
     finally:
@@ -189,6 +212,7 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
     summary.seconds = time.perf_counter() - t0
     summary.frames = result.frames
     summary.incomplete = result.incomplete
+    summary.skipped = tuple(processor.skipped_lines())
     notes = list(result.notes)
     if span is None:
         notes.append(f"{result.audio_streams_copied} audio stream(s) copied; "

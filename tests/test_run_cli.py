@@ -346,3 +346,18 @@ def test_an_impossible_output_is_refused_before_any_work(
     assert code == 2
     err = capsys.readouterr().err
     assert says in err and "no_such_source" not in err
+
+
+def test_a_video_summary_says_why_faces_were_not_swapped(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Six faces in every frame, one swapped: the summary counts the other five per reason."""
+    t1 = load_image(t1_path).bgr
+    h, w = (d // 2 * 2 for d in t1.shape[:2])
+    clip = write_clip([t1[:h, :w]] * 4, tmp_path / "six.mp4", audio=False)
+    out = tmp_path / "out.mp4"
+    assert _run("-s", astronaut_path, "-t", clip, "-o", out, "--face-selector", "one",
+                "--detect-every", "1") == 0
+    text = capsys.readouterr().out
+    assert "faces found:         24" in text and "faces swapped:       4" in text
+    assert "skipped: 20 faces in 4 frames: not selected (face selector 'one')" in text

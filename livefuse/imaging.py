@@ -129,16 +129,24 @@ def load_image(path: str | os.PathLike[str]) -> LoadedImage:
 
 
 def keep_straight_colour(output: Frame, image: LoadedImage) -> Frame:
-    """``output`` (a frame made from ``image.bgr``, e.g. the swapped target) with the file's
-    straight-alpha colour put back wherever ``output`` left ``image.bgr`` unchanged, so that with
-    ``image.alpha`` written beside it every pixel outside the swapped faces comes out as in the
-    file (a semi-transparent (234, 131, 91) at alpha 53 stays that, not the flattened
-    (48, 27, 18)). ``output`` itself when the image has no alpha.
+    """``output`` (a frame made from ``image.bgr``, e.g. the swapped target) in straight-alpha
+    colour, to be written with ``image.alpha`` beside it.
+
+    Where ``output`` left ``image.bgr`` unchanged the file's own straight colour is put back, so
+    every pixel outside the swapped faces comes out as in the file (a semi-transparent
+    (234, 131, 91) at alpha 53 stays that, not the flattened (48, 27, 18)). Where it changed (a
+    swapped face) its colour, made on the picture flattened onto black, is divided by the alpha
+    again: composited, the face looks as it was swapped, instead of darkened a second time by
+    its alpha (a face at alpha 128 came out at half its brightness); under alpha 0 the file's
+    colour stays. ``output`` itself when the image has no alpha.
     """
-    if image.straight is None:
+    if image.straight is None or image.alpha is None:
         return output
     changed = (output != image.bgr).any(axis=2)
-    return np.where(changed[..., None], output, image.straight).astype(np.uint8)
+    a = image.alpha[..., None].astype(np.float32)
+    unflattened = np.clip(output.astype(np.float32) * 255.0 / np.maximum(a, 1.0) + 0.5, 0, 255)
+    swapped = np.where(a > 0, unflattened, image.straight)
+    return np.where(changed[..., None], swapped, image.straight).astype(np.uint8)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

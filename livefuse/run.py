@@ -105,6 +105,9 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
     out = packet.output
     if img.alpha is not None and output.suffix.lower() in ALPHA_SUFFIXES:
         out = keep_straight_colour(out, img)  # else the colour flattened onto black is right
+    elif img.alpha is not None and (img.alpha < 255).any():
+        summary.notes += (f"the target's transparency cannot be kept in {output.suffix}: its "
+                          "transparent parts are written black (.png, .webp or .tif keep it)",)
     save_image(output, out, img.alpha)
     return summary
 

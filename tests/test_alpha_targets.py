@@ -73,3 +73,34 @@ def test_keep_straight_colour_puts_back_only_unchanged_pixels(tmp_path: Path) ->
     assert tuple(out[0, 0]) == (1, 2, 3) and tuple(out[1, 1]) == ORANGE[::-1]
     no_alpha = load_image(tmp_path / "a.png")
     assert keep_straight_colour(swapped, type(no_alpha)(swapped, None, no_alpha.path)) is swapped
+
+
+def test_a_semi_transparent_face_keeps_its_brightness(
+        t1_path: Path, astronaut_path: Path, tmp_path: Path) -> None:
+    """A face under alpha 128 is swapped as it is seen (flattened onto black) and written back in
+    straight colour: composited it matches the opaque swap's face, not one darkened twice (its
+    straight colour came out at half the opaque swap's, 166 -> 81)."""
+    rgb = np.asarray(Image.open(t1_path).convert("RGB"))
+    half = tmp_path / "half.png"
+    Image.fromarray(np.dstack([rgb, np.full(rgb.shape[:2], 128, np.uint8)]), "RGBA").save(half)
+    outs = {}
+    for name, target in (("opaque", t1_path), ("half", half)):
+        outs[name] = tmp_path / f"{name}-out.png"
+        assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(target), "-o",
+                     str(outs[name]), "--engine", "classic"]) == 0
+    opaque = np.asarray(Image.open(outs["opaque"]).convert("RGB")).astype(float)
+    got = np.asarray(Image.open(outs["half"]).convert("RGBA")).astype(float)
+    faces = (opaque != rgb).any(axis=2)
+    assert faces.mean() > 0.02 and (got[..., 3] == 128).all()
+    ratio = got[..., :3][faces].mean() / opaque[faces].mean()
+    assert 0.93 < ratio < 1.07, ratio
+
+
+def test_a_transparent_target_written_as_jpeg_says_its_transparency_is_lost(
+        t1_path: Path, astronaut_path: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "target.png"
+    _target(t1_path, "RGBA", target)
+    assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(target), "-o",
+                 str(tmp_path / "out.jpg"), "--engine", "classic"]) == 0
+    assert "transparency cannot be kept in .jpg" in capsys.readouterr().out

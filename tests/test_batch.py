@@ -38,14 +38,14 @@ def test_inputs_expand_files_folders_and_globs(tmp_path: Path) -> None:
     _touch(tmp_path / "a" / "notes.txt")
     _touch(tmp_path / "a" / "sub" / "three.png")
     _touch(tmp_path / "b" / "four.webm")
-    found, problems = expand([str(tmp_path / "a"), str(tmp_path / "b" / "*.webm"),
+    found, problems, _ = expand([str(tmp_path / "a"), str(tmp_path / "b" / "*.webm"),
                               str(tmp_path / "nope.jpg"), str(tmp_path / "a" / "notes.txt"),
                               str(tmp_path / "none*.png")])
     assert [str(rel) for _, rel in found] == ["one.jpg", "two.mp4", "four.webm"]
     assert [p[1] for p in problems] == ["file not found", problems[1][1],
                                         "no image or video matches this pattern"]
     assert "unknown file type '.txt'" in problems[1][1]
-    found, _ = expand([str(tmp_path / "a")], recursive=True)
+    found, _, _ = expand([str(tmp_path / "a")], recursive=True)
     assert [str(rel) for _, rel in found] == ["one.jpg", "sub/three.png", "two.mp4"]
 
 
@@ -69,7 +69,22 @@ def test_an_output_folder_inside_an_input_folder_is_not_read_as_input(tmp_path: 
     _touch(tmp_path / "in" / "out" / "x.jpg")  # an earlier run's output
     plan = plan_items([str(tmp_path / "in")], tmp_path / "in" / "out", recursive=True)
     assert [i.input.name for i in plan.skipped] == ["x.jpg"] and plan.items == []
-    assert plan.skipped[0].input == tmp_path / "in" / "x.jpg"
+    assert plan.skipped[0].input == tmp_path / "in" / "x.jpg" and plan.left_out == 1
+    glob_plan = plan_items([str(tmp_path / "in" / "**" / "*.jpg")], tmp_path / "in" / "out",
+                           recursive=True)
+    assert [i.input for i in glob_plan.skipped] == [tmp_path / "in" / "x.jpg"]
+
+
+def test_inputs_inside_the_output_folder_are_inputs(tmp_path: Path) -> None:
+    """Only a walk into the output folder leaves files out: a file named itself, or an input
+    folder that lies inside the output folder, is processed (they were silently planned away,
+    'nothing to do', exit 0)."""
+    _touch(tmp_path / "bo" / "sub" / "x.jpg")
+    _touch(tmp_path / "bo2" / "in" / "y.png")
+    plan = plan_items([str(tmp_path / "bo" / "sub" / "x.jpg")], tmp_path / "bo")
+    assert [i.output for i in plan.items] == [tmp_path / "bo" / "x.jpg"] and not plan.left_out
+    plan = plan_items([str(tmp_path / "bo2" / "in")], tmp_path / "bo2")
+    assert [i.output for i in plan.items] == [tmp_path / "bo2" / "y.png"]
 
 
 def test_an_output_that_is_an_input_or_a_clash_is_refused(tmp_path: Path) -> None:

@@ -145,6 +145,31 @@ def test_ctrl_c_stops_every_thread_and_leaves_no_part(tmp_path: Path) -> None:
     assert _video_threads() == []
 
 
+def test_a_ctrl_c_while_the_threads_wind_down_still_waits_for_all_of_them() -> None:
+    """A late Ctrl-C (after the chain ended, while its threads finish) raised out of one join and
+    left the other threads running past the call; seen once under load on CI's 2 cores."""
+    from livefuse.io.pipeline import _Chain, _join_started
+
+    gate = threading.Event()
+    threads = [threading.Thread(target=gate.wait, args=(5,), name=f"livefuse-video-t{k}",
+                                daemon=True) for k in range(3)]
+    for t in threads:
+        t.start()
+    main_id = threading.main_thread().ident
+    assert main_id is not None
+
+    def interrupt_then_release() -> None:
+        time.sleep(0.2)
+        signal.pthread_kill(main_id, signal.SIGINT)
+        time.sleep(0.3)
+        gate.set()
+
+    threading.Thread(target=interrupt_then_release, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        _join_started(threads, _Chain([], 2))
+    assert not any(t.is_alive() for t in threads)
+
+
 def test_sigterm_during_run_removes_the_part_and_exits_143(
         tmp_path: Path, astronaut_path: Path, face_clip_long: Path) -> None:
     out = tmp_path / "out.mp4"

@@ -15,6 +15,7 @@ stream copy with every frame and timestamp in place. A keyframe followed by lead
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -98,11 +99,15 @@ class Plan:
         skipped: items whose output exists (resumed; ``overwrite`` processes them again).
         problems: ``(input, message)`` for inputs that cannot be items (unknown type, a glob
             matching nothing, a missing file); they count as failures.
+        left_out: files in the output folder left out of a folder or pattern that walks into it
+            (this batch's outputs, see :func:`expand`).
     """
 
     items: list[Item] = field(default_factory=list)
     skipped: list[Item] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)
+    left_out: int = 0
+    """Files in the output folder that a folder or pattern walking into it left out."""
 
 
 def _output_name(rel: Path) -> Path:
@@ -120,22 +125,46 @@ def _is_ours(path: Path) -> bool:
     return path.name.startswith(".") or CHUNK_DIR in path.parts
 
 
-def expand(inputs: Sequence[str], recursive: bool = False
-           ) -> tuple[list[tuple[Path, Path]], list[tuple[str, str]]]:
-    """Files named by ``inputs``: ``(path, name under the output folder)`` pairs, and problems.
+def _walk_root(raw: str) -> Path:
+    """The folder a folder input or a pattern walks (a pattern's part before its first magic)."""
+    p = Path(raw)
+    if p.is_dir() or not glob.has_magic(raw):
+        return p.resolve()
+    plain = [part for part in itertools.takewhile(lambda q: not glob.has_magic(q), p.parts)]
+    return Path(*plain).resolve() if plain else Path.cwd().resolve()
+
+
+def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None = None
+           ) -> tuple[list[tuple[Path, Path]], list[tuple[str, str]], int]:
+    """Files named by ``inputs``: ``(path, name under the output folder)`` pairs, problems, and
+    how many files a walk left out as this batch's own outputs.
 
     A folder gives its images and videos (sorted; below it too with ``recursive``); a pattern
     with ``*``, ``?`` or ``[`` is expanded (``**`` with ``recursive``); a file is taken as it is,
-    and one that is neither an image nor a video is a problem.
+    and one that is neither an image nor a video is a problem. A folder or pattern that walks
+    into the output folder ``outputs`` (which lies inside it) leaves the files there out: they
+    are this batch's outputs, not inputs. A file named itself is always taken.
     """
     found: list[tuple[Path, Path]] = []
     problems: list[tuple[str, str]] = []
+    left_out = 0
+    out_root = outputs.resolve() if outputs is not None else None
+
+    def walked(raw: str, files: list[Path]) -> list[Path]:
+        nonlocal left_out
+        root = _walk_root(raw)
+        if out_root is None or root == out_root or root not in out_root.parents:
+            return files
+        kept = [f for f in files if out_root not in f.resolve().parents]
+        left_out += len(files) - len(kept)
+        return kept
+
     for raw in inputs:
         p = Path(raw)
         if p.is_dir():
             pattern = "**/*" if recursive else "*"
-            files = sorted(f for f in p.glob(pattern) if f.is_file() and _media(f)
-                           and not _is_ours(f.relative_to(p)))
+            files = walked(raw, sorted(f for f in p.glob(pattern) if f.is_file() and _media(f)
+                                       and not _is_ours(f.relative_to(p))))
             if not files:
                 problems.append((raw, "folder holds no image or video"
                                  + ("" if recursive else " (subfolders need --recursive)")))
@@ -149,13 +178,13 @@ def expand(inputs: Sequence[str], recursive: bool = False
                                  ".avi .webm .m4v)"))
         elif glob.has_magic(raw):
             matches = sorted(Path(m) for m in glob.glob(raw, recursive=recursive))
-            files = [m for m in matches if m.is_file() and _media(m)]
+            files = walked(raw, [m for m in matches if m.is_file() and _media(m)])
             if not files:
                 problems.append((raw, "no image or video matches this pattern"))
             found += [(f, Path(f.name)) for f in files]
         else:
             problems.append((raw, "file not found"))
-    return found, problems
+    return found, problems, left_out
 
 
 def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
@@ -178,13 +207,10 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
 
     if output_dir.exists() and not output_dir.is_dir():
         raise LivefuseError(f"--output-dir '{output_dir}' is a file; give a folder")
-    found, problems = expand(inputs, recursive)
     # an output folder inside an input folder: its files are this batch's outputs, not inputs
     # (an output folder that IS an input folder is refused below, output by output)
-    out_root = output_dir.resolve()
-    if out_root not in {Path(raw).resolve() for raw in inputs if Path(raw).is_dir()}:
-        found = [(f, rel) for f, rel in found if out_root not in f.resolve().parents]
-    plan = Plan(problems=problems)
+    found, problems, left_out = expand(inputs, recursive, output_dir)
+    plan = Plan(problems=problems, left_out=left_out)
     seen: dict[Path, Path] = {}
     inputs_resolved = {f.resolve() for f, _ in found}
     for path, rel in found:

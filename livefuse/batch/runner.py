@@ -119,8 +119,9 @@ class BatchSummary:
         out = [f"items:    {total}: {done} done, {skipped} skipped (output exists), "
                f"{self.failed} failed",
                f"frames:   {self.frames} in {self.seconds:.1f} s ({fps:.1f} fps; worker "
-               f"start-up {self.startup_s:.1f} s of it)",
-               f"workers:  {self.executor}"]
+               f"start-up {self.startup_s:.1f} s of it)"]
+        if self.executor:  # none started when there was nothing to do
+            out.append(f"workers:  {self.executor}")
         for w in self.workers:
             i = w.info
             gpu = ",".join(i.gpu_ids) or "-"
@@ -294,6 +295,10 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
     plan = plan or plan_items(opts.inputs, opts.output_dir, opts.recursive, opts.overwrite)
     summary = BatchSummary(problems=list(plan.problems))
     summary.results += [ItemResult(i, "skipped") for i in plan.skipped]
+    if plan.left_out:
+        summary.notes.append(f"{plan.left_out} file(s) in the output folder '{opts.output_dir}' "
+                             "left out: an input folder walks into it, and they are this "
+                             "batch's outputs")
     if not plan.items:
         summary.notes.append("nothing to do" if not plan.skipped else
                              "every output exists already (--overwrite processes them again)")

@@ -246,11 +246,25 @@ def _threaded(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[An
         chain.fail("caller", exc)
         raise
     finally:
-        for t in threads:
-            if t.ident is not None:  # started
-                t.join()
+        _join_started(threads, chain)
     if chain.error is not None:
         raise chain.error
+
+
+def _join_started(threads: Sequence[threading.Thread], chain: _Chain) -> None:
+    """Wait for every started thread of the chain, even through a Ctrl-C that lands while they
+    wind down (a signal raised out of one join left the others running past the call; the
+    first such interrupt is raised once all have ended)."""
+    late: BaseException | None = None
+    for t in threads:
+        while t.ident is not None and t.is_alive():
+            try:
+                t.join()
+            except BaseException as exc:
+                chain.fail("caller", exc)
+                late = late or exc
+    if late is not None:
+        raise late
 
 
 __all__ = ["Cancelled", "ChainStats", "Passthrough", "Stage", "run_chain"]

@@ -246,6 +246,10 @@ def run_live(args: argparse.Namespace) -> int:
     processed = metrics.snapshot(memory=False).frames_processed
     print(f"frames processed: {processed}", flush=True)
     where = f"video '{args.video}'" if args.video is not None else f"camera {args.camera}"
+    for why in session.sink_errors:  # a recording lost is never an exit 0
+        print(f"livefuse: error: {why}", file=sys.stderr)
+    if session.sink_errors:
+        return 1
     if failed:
         print(f"livefuse: error: {failed} (`livefuse doctor` lists cameras)", file=sys.stderr)
         return 1

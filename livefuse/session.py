@@ -146,6 +146,8 @@ class Session:
         self._reference: LoadedImage | None = None
         self._runner: LiveRunner | None = None
         self._stopping: LiveRunner | None = None  # stopped, its inference thread not yet ended
+        self.sink_errors: list[str] = []
+        """Why a sink failed to finish at the last :meth:`stop` (a recording not written)."""
         self._sinks: dict[_SinkKey, Sink] = {}
         self._clock: VideoFileSource | None = None
         self._lock = threading.Lock()
@@ -360,6 +362,7 @@ class Session:
             source = self._source_factory(self._config.capture)
             self._clock = source if isinstance(source, VideoFileSource) else None
             self._sinks, _ = self._sinks_for(self._config, self._clock)
+            self.sink_errors = []
             engine = self._engine
             # a stop that timed out inside a model load: the new runner waits for that thread
             # and takes the engine it was loading, instead of loading a second one beside it
@@ -399,6 +402,7 @@ class Session:
                 sink.close()
             except Exception as exc:  # a recorder that cannot finish must not hide the others
                 self._status(f"{sink.name} failed to close: {exc}")
+                self.sink_errors.append(f"{sink.name}: {exc}")
         return ok
 
     def drop_engine(self) -> bool:

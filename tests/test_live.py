@@ -343,6 +343,43 @@ def test_live_cli_records_a_video_file(clip_path: Path, tmp_path: Path,
     assert probe(out).width == 640
 
 
+def test_live_cli_refuses_a_recording_it_cannot_write_and_never_loses_one_with_exit_0(
+        clip_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: `--record` into a folder, under a file or a missing folder ran the
+    whole session and exited 0 with no file. Such paths are refused before the start; a
+    recording that fails while the session runs makes the exit code 1."""
+    import argparse
+
+    from livefuse.cli import main
+    from livefuse.io.sinks import RecorderSink
+    from livefuse.live_cli import add_parser
+
+    face = tmp_path / "face.png"
+    cv2.imwrite(str(face), np.ascontiguousarray(data.astronaut()[..., ::-1]))
+    (tmp_path / "dir.mp4").mkdir()
+    (tmp_path / "afile").write_text("x")
+    for bad, why in ((tmp_path / "dir.mp4", "is a folder"),
+                     (tmp_path / "afile" / "x.mp4", "is a file"),
+                     (tmp_path / "nope" / "x.mp4", "does not exist")):
+        assert main(["live", "-s", str(face), "--video", str(clip_path), "--record", str(bad),
+                     "--duration", "1"]) == 2
+        err = capsys.readouterr().err
+        assert why in err and "Traceback" not in err, err
+
+    def broken(self: RecorderSink, *a: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(RecorderSink, "_start", broken)
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["live", "-s", str(face), "--video", str(clip_path), "--record",
+                              str(tmp_path / "rec.mp4"), "--duration", "1.5"])
+    assert args.func(args) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert not (tmp_path / "rec.mp4").exists()
+
+
 def test_live_cli_missing_video_is_a_clear_error(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from livefuse.cli import main

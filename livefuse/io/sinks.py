@@ -424,6 +424,16 @@ class RecorderSink(Sink):
         if self.path.suffix.lower() not in {".mp4", ".mkv", ".mov"}:
             raise VideoError(self.path, f"unsupported recording suffix '{self.path.suffix}': "
                                         "use .mp4, .mkv or .mov")
+        # the file opens at the first frame, on the writer thread: a path that cannot be
+        # written is refused now, before a session runs for nothing
+        folder = self.path.parent
+        if self.path.is_dir():
+            raise VideoError(self.path, "is a folder; give a file name for the recording")
+        if not folder.is_dir():
+            raise VideoError(self.path, f"folder '{folder}' " + (
+                "is a file" if folder.exists() else "does not exist"))
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise VideoError(self.path, f"folder '{folder}' is not writable")
         self.fps, self.crf, self.on_status, self.clock = fps, crf, on_status, clock
         self._tmp = self.path.with_name(f".{self.path.stem}.livefuse-part{self.path.suffix}")
         self._out: Any = None

@@ -102,7 +102,7 @@ def add_parser(sub: Any) -> None:
 
 def run_batch_cli(args: argparse.Namespace) -> int:
     """Run ``livefuse batch``; the exit status is 0, :data:`EXIT_FAILED` when any item failed,
-    or :data:`livefuse.run.EXIT_INCOMPLETE` when none failed but an input ended early.
+    or :data:`livefuse.errors.EXIT_INCOMPLETE` when none failed but an input ended early.
 
     Raises:
         LivefuseError: bad paths or options, an unreadable source photo, or an engine that
@@ -111,8 +111,8 @@ def run_batch_cli(args: argparse.Namespace) -> int:
     from livefuse.batch.plan import plan_items
     from livefuse.batch.runner import BatchOptions, run_batch
     from livefuse.batch.worker import EngineSpec
+    from livefuse.errors import EXIT_INCOMPLETE
     from livefuse.imaging import load_image
-    from livefuse.run import EXIT_INCOMPLETE
 
     if args.workers is not None and args.workers < 1:
         raise LivefuseError(f"--workers {args.workers}: must be >= 1")

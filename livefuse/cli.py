@@ -26,8 +26,9 @@ from livefuse.errors import LivefuseError
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from livefuse.engine import Engine
+    from livefuse.errors import EXIT_INCOMPLETE
     from livefuse.imaging import load_image
-    from livefuse.run import EXIT_INCOMPLETE, check_run_paths, run
+    from livefuse.run import check_run_paths, run
 
     # before the engine and the source: a wrong output path costs no model load or detection
     check_run_paths(args.target, args.output, {"source": args.source,

@@ -23,6 +23,12 @@ def _restore(cls: type[LivefuseError], args: tuple[Any, ...]) -> LivefuseError:
     return err
 
 
+EXIT_INCOMPLETE = 3
+"""The exit status of ``run``, ``batch`` and ``live`` when an input video ended early or was
+damaged: the output was written with every frame that could be decoded (the summary says how
+many of how many)."""
+
+
 class LivefuseError(Exception):
     """Base class for every error that is the input's fault, not a bug.
 

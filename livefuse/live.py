@@ -208,6 +208,12 @@ class LiveRunner:
         return self._capture is not None and self._capture.ended
 
     @property
+    def source_incomplete(self) -> str | None:
+        """Why a video file input ended before its end (``video 'x.mp4': input ended early:
+        37 of 90 frames``), or ``None``."""
+        return None if self._capture is None else self._capture.incomplete
+
+    @property
     def capture_failed(self) -> str | None:
         """Why the capture gave up (``max_open_attempts`` failed opens in a row), or ``None``."""
         capture = self._capture

@@ -26,7 +26,7 @@ from livefuse.config import (
     GuardConfig,
     OutputConfig,
 )
-from livefuse.errors import ConfigError, LivefuseError, VideoError
+from livefuse.errors import EXIT_INCOMPLETE, ConfigError, LivefuseError, VideoError
 from livefuse.imaging import load_image
 from livefuse.metrics import Metrics, start_prometheus
 from livefuse.session import Session
@@ -226,6 +226,7 @@ def run_live(args: argparse.Namespace) -> int:
             signal.signal(sig, lambda *_: stop.set())
     t_end = None if args.duration is None else time.monotonic() + args.duration
     failed: str | None = None
+    incomplete: str | None = None
     try:
         session.start()
         while not stop.wait(1.0):
@@ -233,6 +234,7 @@ def run_live(args: argparse.Namespace) -> int:
             if snap.frames_in or snap.frames_processed:  # no rows of zeros before a frame
                 print(snap.line(), flush=True)
             failed = session.capture_failed
+            incomplete = session.source_incomplete
             if session.source_ended or failed or \
                     (t_end is not None and time.monotonic() >= t_end):
                 break
@@ -250,13 +252,20 @@ def run_live(args: argparse.Namespace) -> int:
         print(f"livefuse: error: {why}", file=sys.stderr)
     if session.sink_errors:
         return 1
+    camera = args.video is None  # the doctor's camera list helps a camera input only
     if failed:
-        print(f"livefuse: error: {failed} (`livefuse doctor` lists cameras)", file=sys.stderr)
+        hint = " (`livefuse doctor` lists cameras)" if camera else ""
+        print(f"livefuse: error: {failed}{hint}", file=sys.stderr)
         return 1
     if processed == 0:
-        print(f"livefuse: error: no frame was processed: {where} delivered none "
-              "(see the [status] lines; `livefuse doctor` lists cameras)", file=sys.stderr)
+        hint = "; `livefuse doctor` lists cameras" if camera else ""
+        why = incomplete or f"{where} delivered none (see the [status] lines{hint})"
+        print(f"livefuse: error: no frame was processed: {why}", file=sys.stderr)
         return 1
+    if incomplete is not None:
+        print(f"livefuse: {incomplete}; the output holds the frames before it "
+              f"(exit status {EXIT_INCOMPLETE})", file=sys.stderr)
+        return EXIT_INCOMPLETE
     return 0
 
 

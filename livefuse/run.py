@@ -33,10 +33,6 @@ from livefuse.io.video import (
 )
 from livefuse.types import Frame, FramePacket, SkippedFace, StagedFrame
 
-EXIT_INCOMPLETE = 3
-"""``livefuse run``'s exit status when the input video ended early or was damaged: the output
-was written with every frame that could be decoded (the summary says how many of how many)."""
-
 
 class NothingSwappedError(LivefuseError):
     """A run finished without swapping a single face; the output would be a silent no-op."""
@@ -56,7 +52,8 @@ class RunSummary:
     notes: tuple[str, ...] = ()
     incomplete: str | None = None
     """The input ended early or was damaged (``input ended early: 55 of 150 frames``): the
-    output holds what was decoded, and the CLI exits with :data:`EXIT_INCOMPLETE`."""
+    output holds what was decoded, and the CLI exits with
+    :data:`~livefuse.errors.EXIT_INCOMPLETE`."""
     stats: ChainStats | None = None
     """Busy seconds per pipeline stage (videos)."""
     skipped: tuple[str, ...] = ()

@@ -201,6 +201,13 @@ class Session:
         return runner is not None and runner.source_ended
 
     @property
+    def source_incomplete(self) -> str | None:
+        """Why the video file input ended before its end, or ``None`` (see
+        :attr:`livefuse.live.LiveRunner.source_incomplete`)."""
+        runner = self._runner
+        return runner.source_incomplete if runner is not None else None
+
+    @property
     def capture_failed(self) -> str | None:
         """Why the capture gave up (``max_open_attempts`` reached), or ``None``."""
         runner = self._runner

@@ -20,10 +20,11 @@ import pytest
 from clips import frame_times, ntsc_clip, vfr_clip, write_clip
 
 from livefuse.cli import main
+from livefuse.errors import EXIT_INCOMPLETE
 from livefuse.io.codecs import choose_encoder, encoder_lines, nvdec_line, open_video
 from livefuse.io.pipeline import Passthrough, Stage, run_chain
 from livefuse.io.video import VideoOptions, read_frames, transcode
-from livefuse.run import EXIT_INCOMPLETE, EngineProcessor, RunSummary, run_video
+from livefuse.run import EngineProcessor, RunSummary, run_video
 from livefuse.testing.stub_engine import MarkingEngine
 
 SERIAL = VideoOptions(pipelined=False)
@@ -215,6 +216,27 @@ def test_a_truncated_video_keeps_its_frames_says_so_and_exits_3(
     assert f"input ended early: {kept} of 150 frames" in captured.out
     assert f"warning: input ended early: {kept} of 150 frames" in captured.err
     assert _parts(tmp_path) == []
+
+
+def test_live_on_a_truncated_video_says_so_in_a_sentence_and_exits_3(
+        tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `live --video` on a cut file printed a raw errno and exited 0."""
+    from livefuse.io.sources import EndOfStream, VideoFileSource
+
+    clip = _faststart_clip(tmp_path / "cut.mp4", 150)
+    clip.write_bytes(clip.read_bytes()[: int(clip.stat().st_size * 0.4)])
+    source = VideoFileSource(clip, loop=True)  # a damaged file is never looped over
+    source.open()
+    with pytest.raises(EndOfStream, match=r"cut.mp4'?: input ended early: \d+ of 150 frames"):
+        for _ in range(200):
+            source.read()
+    source.close()
+    out = tmp_path / "rec.mp4"
+    assert main(["live", "-s", str(astronaut_path), "--video", str(clip), "--record", str(out),
+                 "--engine", "classic"]) == EXIT_INCOMPLETE
+    err = capsys.readouterr().err
+    assert "input ended early" in err and "Errno" not in err, err
+    assert 0 < len(read_frames(out)) < 150
 
 
 def test_a_file_cut_before_its_index_is_a_plain_sentence(

@@ -49,7 +49,8 @@ class SourceFailedError(LivefuseError):
 
 
 class EndOfStream(Exception):
-    """A finite source (video file without looping) has no more frames."""
+    """A finite source (video file without looping) has no more frames. Its message, when it
+    has one, says why the input ended before its end (``input ended early: 37 of 90 frames``)."""
 
 
 @dataclass(frozen=True)
@@ -217,12 +218,18 @@ class VideoFileSource:
         self._passes: list[Fraction] = []
         self._last_media: Fraction | None = None
         self._closed_at: int | None = None
+        self._declared = 0
+        self._duration: Fraction | None = None
+        self._decoded = 0  # frames of this pass
 
     def open(self) -> SourceInfo:
         from livefuse.io.video import probe
 
         info = probe(self.path)  # raises VideoError with the file's name
+        if info.width <= 0 or info.height <= 0:
+            raise VideoError(self.path, "no picture size: it is not a video, or it is damaged")
         self._rate = info.rate or Fraction(30)
+        self._declared, self._duration = info.frames or 0, info.duration
         self._start_pass()
         with self._lock:
             self._closed_at = None
@@ -237,19 +244,38 @@ class VideoFileSource:
         vs = self._container.streams.video[0]
         self._tb = Fraction(vs.time_base) if vs.time_base else 1 / self._rate
         self._frames = self._container.decode(vs)
+        self._decoded = 0
         with self._lock:
             # a new pass (a loop, or a reopen) begins one frame after the last one shown
             start = Fraction(0) if self._last_media is None else self._last_media + 1 / self._rate
             self._passes.append(start)
 
     def read(self) -> Frame | None:
+        """The next frame ``(H, W, 3) uint8 BGR``.
+
+        Raises:
+            EndOfStream: the file ended (not looping); with a message when it ended before the
+                frame count or duration its container declares, or on data that cannot be
+                decoded (the frames before are delivered; a damaged file is never looped over).
+        """
+        import av
+
         try:
             frame = next(self._frames)
         except StopIteration:
+            early = self._early_end(None)
+            if early is not None:
+                raise EndOfStream(early) from None
             if not self.loop:
                 raise EndOfStream from None
             self._start_pass()
             frame = next(self._frames)
+        except av.error.FFmpegError as exc:
+            from livefuse.io.codecs import plain_av_error
+
+            raise EndOfStream(self._early_end(plain_av_error(exc))
+                              or f"input damaged: {plain_av_error(exc)}") from None
+        self._decoded += 1
         img = np.ascontiguousarray(frame.to_ndarray(format="bgr24"))
         if frame.pts is not None:
             if self._first_pts is None:
@@ -259,6 +285,14 @@ class VideoFileSource:
                 self._reads.append((time.perf_counter_ns(), media))
                 self._last_media = media
         return img
+
+    def _early_end(self, error: str | None) -> str | None:
+        """:func:`~livefuse.io.video.incomplete_reason` for this pass, naming the file."""
+        from livefuse.io.video import incomplete_reason
+
+        why = incomplete_reason(self._decoded, self._declared, self._duration, None,
+                                self._rate, error)
+        return None if why is None else f"video '{self.path}': {why}"
 
     def media_time(self, t_capture_ns: int) -> Fraction | None:
         """Seconds from the file's first frame to the frame captured at ``t_capture_ns`` (the
@@ -408,6 +442,8 @@ class Capture:
         self._attempts = 0  # opens since the last fresh frame
         self._problem = "no frame"
         self.ended = False
+        self.incomplete: str | None = None
+        """Why a file source ended before its end (see :class:`EndOfStream`), or ``None``."""
         self.frames = 0
         self.error: SourceFailedError | None = None
 
@@ -515,9 +551,10 @@ class Capture:
                 next_due = max(next_due + period, time.perf_counter() - period)
             try:
                 frame = self.source.read()
-            except EndOfStream:
+            except EndOfStream as end:
                 self.ended = True
-                self.on_status("source ended")
+                self.incomplete = str(end) or None
+                self.on_status(self.incomplete or "source ended")
                 return
             except Exception as exc:
                 self.on_status(f"source failed: {exc}")

@@ -217,6 +217,12 @@ def _main(argv: Sequence[str] | None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        # a path the system refuses that no check of ours foresaw (a folder where a file must
+        # go, /proc): one line naming it, not a traceback
+        where = f"'{exc.filename}': " if exc.filename else ""
+        print(f"livefuse: error: {where}{(exc.strerror or str(exc)).lower()}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

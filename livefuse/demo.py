@@ -12,6 +12,7 @@ from pathlib import Path
 
 from livefuse.config import EngineConfig
 from livefuse.engine import Engine
+from livefuse.errors import LivefuseError
 from livefuse.imaging import load_image, save_image
 from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.run import RunSummary, run_image, run_video
@@ -35,7 +36,16 @@ def build_clip(engine: Engine, path: Path, size: tuple[int, int] = CLIP_SIZE,
 
 def run_demo(out_dir: Path, progress: bool = True,
              config: EngineConfig | None = None) -> list[RunSummary]:
-    """Run the demo into ``out_dir`` (created). Returns the image and the clip summaries."""
+    """Run the demo into ``out_dir`` (created). Returns the image and the clip summaries.
+
+    Raises:
+        LivefuseError: ``out_dir`` is a file, or lies under one.
+    """
+    blocker = next((p for p in (out_dir.absolute(), *out_dir.absolute().parents)
+                    if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise LivefuseError(f"demo output folder '{out_dir}': '{blocker}' is a file; give a "
+                            "folder (--out)")
     out_dir.mkdir(parents=True, exist_ok=True)
     source_path = save_image(out_dir / "source_astronaut.png", astronaut())
     engine = Engine(config or EngineConfig(detect_every=3))

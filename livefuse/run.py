@@ -260,6 +260,9 @@ def check_output_path(output: Path, inputs: dict[str, Path | None]) -> None:
     """
     if output.is_dir():
         raise LivefuseError(f"output '{output}' is a folder; give a file name")
+    folder = next((p for p in output.absolute().parents if p.exists()), None)
+    if folder is not None and not folder.is_dir():
+        raise LivefuseError(f"output '{output}': '{folder}' is a file, not a folder")
     check_output(output, inputs)
 
 

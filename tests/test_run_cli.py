@@ -361,3 +361,23 @@ def test_a_video_summary_says_why_faces_were_not_swapped(
     text = capsys.readouterr().out
     assert "faces found:         24" in text and "faces swapped:       4" in text
     assert "skipped: 20 faces in 4 frames: not selected (face selector 'one')" in text
+
+
+def test_paths_the_system_refuses_are_one_line_errors(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: an output under a file, or a demo folder that is a file, ended in a
+    FileExistsError traceback; any OSError a check did not foresee is one line too."""
+    (tmp_path / "afile").write_text("x")
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", tmp_path / "afile" / "x.jpg") == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    assert main(["demo", "--out", str(tmp_path / "afile")]) == 2
+    assert "is a file; give a folder" in capsys.readouterr().err
+
+    def refused(*a: object, **k: object) -> None:
+        raise PermissionError(13, "Permission denied", str(tmp_path / "out.png"))
+
+    monkeypatch.setattr("livefuse.run.save_image", refused)
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", tmp_path / "out.png") == 2
+    err = capsys.readouterr().err
+    assert f"'{tmp_path / 'out.png'}': permission denied" in err and "Traceback" not in err

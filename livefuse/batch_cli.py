@@ -13,6 +13,7 @@ from livefuse.cli_args import (
     add_engine_args,
     add_source_args,
     add_video_args,
+    at_least,
     choose_engine,
     video_options,
 )
@@ -75,7 +76,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="process items whose output exists (default: skip them)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--workers", type=at_least(1), default=None,
                    help="parallel workers, each with its own engine (default: Ray: as many as "
                         "the GPUs, or CPUs, allow at the given share; without Ray: 1)")
     p.add_argument("--gpus-per-worker", type=_share, default=None, metavar="F",

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from livefuse.config import (
     BACKEND_CHOICES,
@@ -50,6 +51,26 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
             return text
         return super()._get_help_string(action)
 
+
+
+def at_least(low: float, kind: type[int] | type[float] = int, strict: bool = False
+             ) -> Callable[[str], Any]:
+    """An argparse ``type`` that parses ``kind`` and refuses values under ``low`` (at or under it
+    with ``strict``) in the option's own terms: ``--detect-every 0`` says "must be at least 1",
+    not the config field's name a later check would give."""
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+        if value < low or (strict and value == low):
+            raise argparse.ArgumentTypeError(
+                f"{text} must be {'more than' if strict else 'at least'} {low:g}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in "invalid int value"
+    return parse
 
 def add_models_dir_arg(p: argparse.ArgumentParser, default: object = None,
                        what: str = "models folder") -> None:
@@ -90,10 +111,10 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
     p.add_argument("--reference", type=Path, default=None, metavar="PHOTO",
                    help="photo of the target person: swap only the face nearest to it by "
                         "embedding (implies --face-selector reference)")
-    p.add_argument("--target-face-index", type=int, default=None,
+    p.add_argument("--target-face-index", type=at_least(0), default=None,
                    help="the one target face to swap, counted left to right from 0 (implies "
                         "--face-selector one) (default: the largest)")
-    p.add_argument("--detect-every", type=int, default=d.detect_every,
+    p.add_argument("--detect-every", type=at_least(1), default=d.detect_every,
                    metavar="K", help="run detection every K frames and track in between "
                                      "(default: %(default)s)")
     p.add_argument("--blend", choices=BLEND_CHOICES, default=d.blend,
@@ -105,9 +126,11 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
                         "face parser, so there only with --face-mask-types region (default: on "
                         "wherever the engine can)")
     p.add_argument("--rotation", choices=ROTATION_CHOICES, default=d.rotation,
-                   help="faces on their side or upside down: auto = try the frame turned by "
-                        "90/180/270 degrees when no upright face is found; always = at every "
-                        "detection (4x detector cost) (default: %(default)s)")
+                   help="tilted, sideways and upside-down faces: the frame is also tried turned "
+                        "by every 45 degrees and each face taken from the turn that shows it "
+                        "upright; auto = for still images, and in a stream when no face is "
+                        "found upright or one lies on its side; always = at every detection "
+                        "(8x the detector's cost) (default: %(default)s)")
     p.add_argument("--pixel-boost", type=int, choices=PIXEL_BOOST_CHOICES,
                    default=d.pixel_boost,
                    help="neural: swap at this aligned size (the 128 px model on 2x2, 3x3 or 4x4 "
@@ -278,6 +301,6 @@ def video_options(args: argparse.Namespace) -> VideoOptions:
 
 def add_source_args(p: argparse.ArgumentParser) -> None:
     """Add ``--source-face-index`` (`run` and `batch`)."""
-    p.add_argument("--source-face-index", type=int, default=None,
+    p.add_argument("--source-face-index", type=at_least(0), default=None,
                    help="face of the source photo to use, left to right from 0 among the "
                         "plausible faces (default: the most confident one)")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from livefuse import extras
-from livefuse.cli_args import HelpFormatter, add_engine_args, choose_engine
+from livefuse.cli_args import HelpFormatter, add_engine_args, at_least, choose_engine
 from livefuse.config import (
     CONTROL_HOST,
     GUARD_CHOICES,
@@ -42,7 +42,7 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=cache.enabled,
                    help="pose-similarity cache "
                         f"(default: {'on' if cache.enabled else 'off, --cache turns it on'})")
-    p.add_argument("--cache-refresh", type=int, default=cache.refresh_every_n,
+    p.add_argument("--cache-refresh", type=at_least(1), default=cache.refresh_every_n,
                    help="force a fresh swap after N reused frames")
     p.add_argument("--cache-threshold", type=float, default=cache.threshold,
                    help="similarity (0..1] at or above which a cached swap is reused")
@@ -55,7 +55,7 @@ def add_guard_args(p: argparse.ArgumentParser) -> None:
                    help="hide every face that is not swapped (a lost face, a second person): "
                         "blur = pixelate it; hold = repeat the last fully swapped frame, then "
                         "blur; on, detection runs every frame (default: off, or the preset's)")
-    p.add_argument("--guard-hold-frames", type=int, default=None, metavar="N",
+    p.add_argument("--guard-hold-frames", type=at_least(1), default=None, metavar="N",
                    help=f"hold: repeat the last swapped frame at most N frames in a row "
                         f"(default: {GuardConfig.hold_frames})")
 
@@ -99,11 +99,13 @@ def add_parser(sub: Any) -> None:
     inp.add_argument("--video", type=Path, help="a video file standing in for the camera")
     p.add_argument("--loop", action="store_true", help="loop --video")
     cap = LIVE_DEFAULTS.capture
-    p.add_argument("--width", type=int, default=cap.width, help="requested camera width (px)")
-    p.add_argument("--height", type=int, default=cap.height,
+    p.add_argument("--width", type=at_least(1), default=cap.width,
+                   help="requested camera width (px)")
+    p.add_argument("--height", type=at_least(1), default=cap.height,
                    help="requested camera height (px)")
-    p.add_argument("--fps", type=float, default=cap.fps, help="requested camera / output fps")
-    p.add_argument("--open-attempts", type=int, default=OPEN_ATTEMPTS,
+    p.add_argument("--fps", type=at_least(0, float, strict=True), default=cap.fps,
+                   help="requested camera / output fps")
+    p.add_argument("--open-attempts", type=at_least(1), default=OPEN_ATTEMPTS,
                    help="give up after this many failed camera opens in a row")
     p.add_argument("--virtual-cam", action="store_true", help="send frames to a virtual camera")
     p.add_argument("--record", type=Path, help="also record the output (.mp4, .mkv, .mov)")
@@ -117,7 +119,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--control-host", default=CONTROL_HOST, metavar="ADDR",
                    help="the control API's address: only this computer unless you name "
                         "another (plain HTTP: trusted networks only) (default: %(default)s)")
-    p.add_argument("--duration", type=float, help="stop after S seconds")
+    p.add_argument("--duration", type=at_least(0, float, strict=True), help="stop after S seconds")
     p.set_defaults(func=run_live)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from livefuse.engine import Engine
-from livefuse.errors import MIN_FACE_PX, LivefuseError
+from livefuse.errors import LivefuseError
 from livefuse.imaging import (
     ALPHA_SUFFIXES,
     is_image_path,
@@ -32,6 +32,10 @@ from livefuse.io.video import (
     transcode,
 )
 from livefuse.types import Frame, FramePacket, SkippedFace, StagedFrame
+
+FINDABLE_FACE_PX = 32
+"""About the smallest face width (px) the detectors find: CenterFace's wide scan (the classic
+engine, docs/CLASSIC.md) reaches about 32 px; SCRFD finds smaller ones."""
 
 
 class NothingSwappedError(LivefuseError):
@@ -96,9 +100,13 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
                          frames_without_face=int(packet.found == 0),
                          skipped=tuple(skipped_lines(packet)))
     summary.seconds = time.perf_counter() - t0
+    if packet.swapped == 0 and packet.found == 0:
+        raise NothingSwappedError(f"no face was swapped in '{target}': no face found (a face "
+                                  f"must be visible, not turned far away, and about "
+                                  f"{FINDABLE_FACE_PX} px wide or more)")
     if packet.swapped == 0:
-        raise NothingSwappedError(f"no face was swapped in '{target}': no face found "
-                                  f"(faces need to be roughly frontal, >= {MIN_FACE_PX} px wide)")
+        raise NothingSwappedError(f"no face was swapped in '{target}': of the {packet.found} "
+                                  "face(s) found, " + "; ".join(summary.skipped))
     out = packet.output
     if img.alpha is not None and output.suffix.lower() in ALPHA_SUFFIXES:
         out = keep_straight_colour(out, img)  # else the colour flattened onto black is right

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from livefuse.cli_args import HelpFormatter, check_engine_options, engine_config
+from livefuse.cli_args import HelpFormatter, at_least, check_engine_options, engine_config
 from livefuse.config import AppConfig, CacheConfig
 from livefuse.live_cli import add_guard_args, add_settings_args, guard_config
 from livefuse.models.engine_choice import resolve_engine
@@ -107,7 +107,7 @@ def add_parsers(sub: Any) -> None:
     q.add_argument("name", help="the preset's name (letters, digits, spaces, . , ( ) + & ' "
                                 "! # - _; at most 64 characters)")
     q.add_argument("--source", "-s", required=True, type=Path, help="photo of the source face")
-    q.add_argument("--source-face-index", type=int, default=None,
+    q.add_argument("--source-face-index", type=at_least(0), default=None,
                    help="face of the photo, left to right from 0 (default: the most "
                         "confident)")
     q.add_argument("--force", action="store_true", help="replace a preset of that name")

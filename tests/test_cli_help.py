@@ -84,3 +84,23 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
         err = proc.stderr.read().decode()
         assert proc.wait(60) in (0, 141), err
         assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["run", "-s", "a.png", "-t", "b.png", "-o", "c.png", "--detect-every", "0"],
+     "--detect-every: 0 must be at least 1"),
+    (["live", "-s", "a.png", "--duration", "-1"], "--duration: -1 must be more than 0"),
+    (["live", "-s", "a.png", "--width", "wide"], "--width: 'wide' is not a whole number"),
+    (["live", "-s", "a.png", "--cache-refresh", "0"], "--cache-refresh: 0 must be at least 1"),
+    (["batch", "-s", "a.png", "in", "-o", "out", "--workers", "0"],
+     "--workers: 0 must be at least 1"),
+])
+def test_out_of_range_numbers_are_refused_in_the_options_own_terms(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--detect-every 0` said "detect_every=0 must be >= 1" (the config field); `live
+    --duration -1` was taken and ran (a new user's trial)."""
+    from livefuse.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and said in capsys.readouterr().err

@@ -339,3 +339,33 @@ def test_workers_without_a_gpu_run_the_classic_engine(
     err = capsys.readouterr().err
     assert "engine: classic (the batch workers have no GPU" in err
     assert (out / "t1.jpg").exists()
+
+
+def test_an_early_ended_input_is_said_again_when_a_rerun_skips_it(tmp_path: Path) -> None:
+    """A new user's trial: the first batch exited 3 ("ended early: 37 of 90"), the rerun
+    skipped the item (its output exists) and exited 0, passing the cut output as done."""
+    from fractions import Fraction
+
+    import numpy as np
+    from clips import write_clip
+
+    from livefuse.batch.plan import incomplete_marker
+
+    rng = np.random.default_rng(0)
+    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(90)]
+    (tmp_path / "in").mkdir()
+    clip = write_clip(tmp_path / "in" / "cut.mp4", list(range(90)), Fraction(1, 30),
+                      Fraction(30), audio_tracks=0, pictures=noise,
+                      options={"movflags": "faststart"})
+    clip.write_bytes(clip.read_bytes()[: int(clip.stat().st_size * 0.4)])
+    out = tmp_path / "out"
+    first = run_batch(_opts(tmp_path / "in", out), marking_engine, quiet=True)
+    assert [r.status for r in first.incomplete] == ["done"]
+    assert incomplete_marker(out / "cut.mp4").is_file()
+    again = run_batch(_opts(tmp_path / "in", out), marking_engine, quiet=True)
+    assert [r.status for r in again.incomplete] == ["skipped"]
+    assert any("ended early" in ln and "earlier run" in ln for ln in again.lines())
+    clip.unlink()
+    ntsc_clip(clip, frames=30, audio_tracks=0)  # the input, fixed: done in full, marker gone
+    run_batch(_opts(tmp_path / "in", out, overwrite=True), marking_engine, quiet=True)
+    assert not incomplete_marker(out / "cut.mp4").exists()

@@ -14,6 +14,7 @@ stream copy with every frame and timestamp in place. A keyframe followed by lead
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import os
@@ -108,6 +109,15 @@ class Plan:
     problems: list[tuple[str, str]] = field(default_factory=list)
     left_out: int = 0
     """Files in the output folder that a folder or pattern walking into it left out."""
+    earlier_incomplete: dict[Item, str] = field(default_factory=dict)
+    """Skipped items whose output an earlier run wrote from an input that ended early, with
+    why (:func:`incomplete_marker`): a rerun says so again instead of passing them as done."""
+
+
+def incomplete_marker(output: Path) -> Path:
+    """The hidden file beside ``output`` that says its input ended early (its text says how):
+    written when such an output is kept, removed when the item is done in full."""
+    return output.with_name(f".{output.name}.livefuse-incomplete")
 
 
 def _output_name(rel: Path) -> Path:
@@ -231,6 +241,9 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
         item = Item(path, out, kind, frames, seconds)
         if out.exists() and not overwrite:
             plan.skipped.append(item)
+            with contextlib.suppress(OSError):
+                why = incomplete_marker(out).read_text(encoding="utf-8").strip()
+                plan.earlier_incomplete[item] = why or "input ended early"
         else:
             plan.items.append(item)
     return plan

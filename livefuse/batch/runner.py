@@ -28,6 +28,7 @@ from livefuse.batch.plan import (
     Unit,
     auto_chunk_seconds,
     chunk_dir,
+    incomplete_marker,
     leftovers,
     plan_items,
     plan_units,
@@ -35,6 +36,7 @@ from livefuse.batch.plan import (
 from livefuse.batch.worker import UnitResult, WorkerStats
 from livefuse.errors import LivefuseError
 from livefuse.extras import install_hint
+from livefuse.imaging import atomic_write_bytes
 from livefuse.io.video import VideoOptions
 
 Executor = str
@@ -110,7 +112,9 @@ class BatchSummary:
 
     @property
     def incomplete(self) -> list[ItemResult]:
-        return [r for r in self.results if r.status == "done" and r.incomplete]
+        """Items whose input ended early: done now, or skipped with an output an earlier run
+        kept from such an input."""
+        return [r for r in self.results if r.status in ("done", "skipped") and r.incomplete]
 
     def lines(self) -> list[str]:
         done, skipped = self.count("done"), self.count("skipped")
@@ -131,7 +135,8 @@ class BatchSummary:
                        f"{w.frames} frames, busy {w.busy_s:.1f} s, peak VRAM {vram}")
         out += [f"note: {n}" for n in self.notes]
         for r in self.incomplete:
-            out.append(f"ended early: {r.item.input}: {r.incomplete}")
+            earlier = " (an earlier run's output, kept)" if r.status == "skipped" else ""
+            out.append(f"ended early: {r.item.input}: {r.incomplete}{earlier}")
         for raw, msg in self.problems:
             out.append(f"failed: {raw}: {msg}")
         for r in self.results:
@@ -264,6 +269,12 @@ class _Collector:
     def _finish(self, item: Item, ok: bool, message: str, frames: int,
                 incomplete: str | None, worker: str) -> None:
         self.finished.add(item)
+        if ok:
+            marker = incomplete_marker(item.output)
+            if incomplete:
+                atomic_write_bytes(marker, incomplete.encode("utf-8"))
+            else:
+                marker.unlink(missing_ok=True)
         self.results.append(ItemResult(item, "done" if ok else "failed", message, frames,
                                        incomplete, worker))
         self.progress.item(ok)
@@ -294,7 +305,8 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
     t0 = time.perf_counter()
     plan = plan or plan_items(opts.inputs, opts.output_dir, opts.recursive, opts.overwrite)
     summary = BatchSummary(problems=list(plan.problems))
-    summary.results += [ItemResult(i, "skipped") for i in plan.skipped]
+    summary.results += [ItemResult(i, "skipped", incomplete=plan.earlier_incomplete.get(i))
+                        for i in plan.skipped]
     if plan.left_out:
         summary.notes.append(f"{plan.left_out} file(s) in the output folder '{opts.output_dir}' "
                              "left out: an input folder walks into it, and they are this "

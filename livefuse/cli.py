@@ -41,6 +41,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"source: {note}", file=sys.stderr)
     if args.reference is not None:
         engine.set_reference(load_image(args.reference))
+        for note in engine.reference_notes:
+            print(f"reference: {note}", file=sys.stderr)
     summary = run(engine, args.target, args.output, progress=not args.quiet,
                   other_inputs={"source": args.source, "reference": args.reference},
                   video=video)

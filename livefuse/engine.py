@@ -225,6 +225,8 @@ class Engine:
         self.source_face: Face | None = None
         self.source_notes: tuple[str, ...] = ()
         self._reference: FloatArray | None = None
+        self.reference_notes: tuple[str, ...] = ()
+        """What the user should be told about the last reference photo (which of its faces)."""
         self.tracker = FaceTracker(config.detect_every)
         self.smoother = FaceSmoother()
         self.cache = PoseCache(cache or CacheConfig(enabled=False))
@@ -369,6 +371,11 @@ class Engine:
             raise NoFaceError(image.path, "reference photo")
         face = max(faces, key=lambda f: f.area)
         self._reference = self.analyser.embed(image.bgr, face)
+        x1, y1, x2, y2 = (round(float(v)) for v in face.bbox)
+        self.reference_notes = () if len(faces) == 1 else (
+            f"{len(faces)} faces in '{image.path or 'the reference photo'}': the largest, at "
+            f"{x1},{y1}-{x2},{y2}, is the reference (a photo of that person alone avoids "
+            "the guess)",)
         self.reset_tracking()
 
     def reset_tracking(self) -> None:

@@ -209,6 +209,8 @@ def run_live(args: argparse.Namespace) -> int:
     engine = session.prepare()  # a photo without a face or a bad model fails here
     for note in engine.source_notes:
         print(f"source: {note}", file=sys.stderr)
+    for note in engine.reference_notes:
+        print(f"reference: {note}", file=sys.stderr)
     if config.control.enabled:
         for name, why in session.preload_presets().items():
             print(f"preset {name}: " + ("ready" if why is None else why), file=sys.stderr)

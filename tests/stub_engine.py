@@ -26,6 +26,7 @@ class PassEngine:
         self.cache = PoseCache(CacheConfig(enabled=False))
         self.precision_in_use = "n/a (stub)"
         self.source_notes: tuple[str, ...] = ()
+        self.reference_notes: tuple[str, ...] = ()
         self.rebuild = rebuild
         self.sources: list[tuple[int | None, Any]] = []
         self.references: list[LoadedImage] = []

@@ -383,3 +383,12 @@ def test_paths_the_system_refuses_are_one_line_errors(
     assert _run("-s", astronaut_path, "-t", t1_path, "-o", tmp_path / "out.png") == 2
     err = capsys.readouterr().err
     assert f"'{tmp_path / 'out.png'}': permission denied" in err and "Traceback" not in err
+
+
+def test_a_reference_photo_with_several_faces_says_which_is_the_reference(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", tmp_path / "o.png",
+                "--reference", t1_path) == 0
+    err = capsys.readouterr().err
+    assert "reference: 6 faces in" in err and "the largest, at" in err

@@ -199,7 +199,8 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
     info = probe(target)
     summary = RunSummary(target=target, output=output)
     engine.reset_tracking()
-    bar = tqdm(total=info.frames or None, unit="frame", disable=not progress,
+    # disable=None: no bar when stderr is not a terminal (a log file got its \r lines)
+    bar = tqdm(total=info.frames or None, unit="frame", disable=None if progress else True,
                desc=target.name, leave=False)
 
     def count(n: int) -> None:

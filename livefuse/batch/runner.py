@@ -152,7 +152,7 @@ class Progress:
         from tqdm import tqdm
 
         self.bar = tqdm(total=total_frames or None, unit="frame", desc="batch",
-                        disable=not enabled, dynamic_ncols=True, leave=False)
+                        disable=None if enabled else True, dynamic_ncols=True, leave=False)
         self.items, self.done, self.failed, self.frames = items, 0, 0, 0
 
     def frames_to(self, n: int) -> None:

@@ -231,7 +231,8 @@ def _fetch_once(session: requests.Session, url: str, part: Path, art: Artifact,
         written = have
         with part.open("ab" if have else "wb") as fh, tqdm(
             total=art.size, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
-            desc=art.filename, disable=not progress, leave=False,
+            # disable=None: no bar when stderr is not a terminal
+            desc=art.filename, disable=None if progress else True, leave=False,
         ) as bar:
             for block in resp.iter_content(_NET_CHUNK):
                 written += len(block)

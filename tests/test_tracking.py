@@ -57,16 +57,18 @@ def test_a_face_that_leaves_is_never_pasted_onto_the_background(
         assert swapped == 4 * len(analyser.detect(face_frame)), detect_every
 
 
-def test_tracking_between_detections_stays_within_2px(analyser: DlibFaceAnalyser,
-                                                      source: LoadedImage, t1: Frame) -> None:
+def test_tracking_between_detections_stays_within_2px(source: LoadedImage, t1: Frame) -> None:
     """A 720p clip with pan, zoom and roll: with detect-every 3, the tracked kps stay within
     2 px (mean) of what detecting every frame gives."""
     clip = list(motion_clip(t1, (1280, 720), 30, centre=(514.0, 362.0), face_px=125.0,
                             face_width=170.0))
     # every face in view (CenterFace also finds Joey cut by the top edge, the largest box at
     # first): each tracked face is compared with the same face detected
-    every = _engine(analyser, source, detect_every=1, face_selector="many", smooth=False)
-    third = _engine(analyser, source, detect_every=3, face_selector="many", smooth=False)
+    # the wide scan (every 30th detection of an analyser, counted across the tests that shared
+    # it before) moves kps by a few px of its own: it is left out, tracking is what is measured
+    steady = DlibFaceAnalyser(wide_every=10**9)
+    every = _engine(steady, source, detect_every=1, face_selector="many", smooth=False)
+    third = _engine(steady, source, detect_every=3, face_selector="many", smooth=False)
     errors, tracked = [], 0
     for i, frame in enumerate(clip):
         a = every.process(frame, i, t_capture_ns=i * 33_333_333)

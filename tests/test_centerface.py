@@ -166,3 +166,25 @@ def test_demo_and_bench_clips_centre_on_the_same_frontal_face_with_either_detect
     for face in picks:
         assert iou(face.bbox, picks[1].bbox) > 0.6
         assert 440 < (face.bbox[0] + face.bbox[2]) / 2 < 580  # Ross, third from the left
+
+
+def test_a_stream_runs_the_wide_scan_every_nth_detection_and_when_the_fast_pass_finds_none(
+        t1_bgr: Frame, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast pass at 320x240 misses small and strongly rolled faces; every ``wide_every``-th
+    detection runs the wide scan instead, and an empty fast pass is retried wide at once."""
+    analyser = DlibFaceAnalyser(wide_every=3, landmarks_on_detect=False)
+    assert analyser._centerface is not None
+    real = analyser._centerface.detect
+    limits: list[tuple[int, int]] = []
+
+    def counted(frame: Frame, limit: tuple[int, int]):  # type: ignore[no-untyped-def]
+        limits.append(limit)
+        return real(frame, limit)
+
+    monkeypatch.setattr(analyser._centerface, "detect", counted)
+    for _ in range(6):
+        assert analyser.detect(t1_bgr, 0)
+    assert limits == [FAST_INPUT, FAST_INPUT, WIDE_INPUT] * 2
+    limits.clear()
+    assert analyser.detect(np.full((480, 640, 3), 90, np.uint8), 0) == []
+    assert limits == [FAST_INPUT, WIDE_INPUT]

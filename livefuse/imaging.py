@@ -81,7 +81,7 @@ def _decode(im: Image.Image) -> tuple[Frame, npt.NDArray[np.uint8] | None, Frame
             color = np.repeat(color, 3, axis=-1)
         straight = np.ascontiguousarray(_to_uint8(color)[..., ::-1])
         # Flatten onto black so detection never sees garbage behind transparent pixels.
-        color = (color.astype(np.uint16) * alpha[..., None] // 255).astype(np.uint8)
+        color = flatten_onto_black(color, alpha)
         rgb = color
     elif mode == "RGB":
         rgb = np.asarray(im)
@@ -128,25 +128,37 @@ def load_image(path: str | os.PathLike[str]) -> LoadedImage:
     return LoadedImage(bgr=bgr, alpha=alpha, path=p, straight=straight)
 
 
-def keep_straight_colour(output: Frame, image: LoadedImage) -> Frame:
-    """``output`` (a frame made from ``image.bgr``, e.g. the swapped target) in straight-alpha
-    colour, to be written with ``image.alpha`` beside it.
+def swap_colour(image: LoadedImage) -> Frame:
+    """The picture a swap works on, ``(H, W, 3) uint8 BGR``: the file's own straight colour
+    wherever any of it shows (alpha > 0), black under fully transparent pixels (a colour a file
+    keeps there is never seen by the detector); ``image.bgr`` for an image without alpha.
 
-    Where ``output`` left ``image.bgr`` unchanged the file's own straight colour is put back, so
-    every pixel outside the swapped faces comes out as in the file (a semi-transparent
-    (234, 131, 91) at alpha 53 stays that, not the flattened (48, 27, 18)). Where it changed (a
-    swapped face) its colour, made on the picture flattened onto black, is divided by the alpha
-    again: composited, the face looks as it was swapped, instead of darkened a second time by
-    its alpha (a face at alpha 128 came out at half its brightness); under alpha 0 the file's
-    colour stays. ``output`` itself when the image has no alpha.
-    """
+    A face under partial transparency is then found and swapped in its real colours: swapping
+    the picture flattened onto black and dividing by the alpha afterwards pinned a face at
+    alpha 24 to 0 and 255 (the swap's detail, divided by 0.09)."""
     if image.straight is None or image.alpha is None:
+        return image.bgr
+    return np.where(image.alpha[..., None] > 0, image.straight, 0).astype(np.uint8)
+
+
+def keep_straight_colour(output: Frame, image: LoadedImage,
+                         worked_on: Frame | None = None) -> Frame:
+    """``output`` (a frame made from ``worked_on``, by default :func:`swap_colour` of ``image``,
+    e.g. the swapped target) with the file's straight colour put back wherever ``output`` left
+    ``worked_on`` unchanged: written with ``image.alpha`` beside it, every pixel outside the
+    swapped faces comes out as in the file, the colour under fully transparent pixels included
+    (a semi-transparent (234, 131, 91) at alpha 53 stays that, not the flattened (48, 27, 18)).
+    ``output`` itself when the image has no alpha."""
+    if image.straight is None:
         return output
-    changed = (output != image.bgr).any(axis=2)
-    a = image.alpha[..., None].astype(np.float32)
-    unflattened = np.clip(output.astype(np.float32) * 255.0 / np.maximum(a, 1.0) + 0.5, 0, 255)
-    swapped = np.where(a > 0, unflattened, image.straight)
-    return np.where(changed[..., None], swapped, image.straight).astype(np.uint8)
+    base = swap_colour(image) if worked_on is None else worked_on
+    changed = (output != base).any(axis=2)
+    return np.where(changed[..., None], output, image.straight).astype(np.uint8)
+
+
+def flatten_onto_black(bgr: Frame, alpha: npt.NDArray[np.uint8]) -> Frame:
+    """``bgr`` composited onto black by ``alpha`` (what a format without alpha shows)."""
+    return (bgr.astype(np.uint16) * alpha[..., None] // 255).astype(np.uint8)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -16,10 +16,12 @@ from livefuse.engine import Engine
 from livefuse.errors import LivefuseError
 from livefuse.imaging import (
     ALPHA_SUFFIXES,
+    flatten_onto_black,
     is_image_path,
     keep_straight_colour,
     load_image,
     save_image,
+    swap_colour,
 )
 from livefuse.io.paths import check_output
 from livefuse.io.pipeline import ChainStats
@@ -93,7 +95,8 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
     """
     img = load_image(target)
     t0 = time.perf_counter()
-    packet = engine.process_image(img.bgr)
+    work = swap_colour(img)  # straight colour where it shows: see swap_colour
+    packet = engine.process_image(work)
     assert packet.output is not None
     summary = RunSummary(target=target, output=output, frames=1, faces_found=packet.found,
                          faces_swapped=packet.swapped,
@@ -108,11 +111,14 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
         raise NothingSwappedError(f"no face was swapped in '{target}': of the {packet.found} "
                                   "face(s) found, " + "; ".join(summary.skipped))
     out = packet.output
-    if img.alpha is not None and output.suffix.lower() in ALPHA_SUFFIXES:
-        out = keep_straight_colour(out, img)  # else the colour flattened onto black is right
-    elif img.alpha is not None and (img.alpha < 255).any():
-        summary.notes += (f"the target's transparency cannot be kept in {output.suffix}: its "
-                          "transparent parts are written black (.png, .webp or .tif keep it)",)
+    if img.alpha is not None:
+        out = keep_straight_colour(out, img, work)
+        if output.suffix.lower() not in ALPHA_SUFFIXES:
+            out = flatten_onto_black(out, img.alpha)
+            if (img.alpha < 255).any():
+                summary.notes += (f"the target's transparency cannot be kept in "
+                                  f"{output.suffix}: it is flattened onto black (.png, .webp "
+                                  "or .tif keep it)",)
     save_image(output, out, img.alpha)
     return summary
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 from livefuse.cli import main
 from livefuse.faces.dlib_analyser import DlibFaceAnalyser
-from livefuse.imaging import keep_straight_colour, load_image
+from livefuse.imaging import keep_straight_colour, load_image, swap_colour
 
 ORANGE = (234, 131, 91)  # RGB, at alpha 53: the colour the issue saw darkened
 
@@ -64,36 +64,40 @@ def test_keep_straight_colour_puts_back_only_unchanged_pixels(tmp_path: Path) ->
     rgba = np.zeros((4, 4, 4), np.uint8)
     rgba[...] = (*ORANGE, 53)
     rgba[0, 0] = (10, 20, 30, 255)
+    rgba[3, 3] = (10, 200, 30, 0)  # colour kept under a fully transparent pixel
     Image.fromarray(rgba, "RGBA").save(tmp_path / "a.png")
     img = load_image(tmp_path / "a.png")
-    assert tuple(img.bgr[1, 1]) == (18, 27, 48)  # flattened onto black for the detector
-    swapped = img.bgr.copy()
+    assert tuple(img.bgr[1, 1]) == (18, 27, 48)  # flattened onto black for display
+    work = swap_colour(img)
+    assert tuple(work[1, 1]) == ORANGE[::-1] and tuple(work[3, 3]) == (0, 0, 0)
+    swapped = work.copy()
     swapped[0, 0] = (1, 2, 3)  # a "swapped" pixel
-    out = keep_straight_colour(swapped, img)
+    out = keep_straight_colour(swapped, img, work)
     assert tuple(out[0, 0]) == (1, 2, 3) and tuple(out[1, 1]) == ORANGE[::-1]
+    assert tuple(out[3, 3]) == (30, 200, 10)
     no_alpha = load_image(tmp_path / "a.png")
     assert keep_straight_colour(swapped, type(no_alpha)(swapped, None, no_alpha.path)) is swapped
 
 
-def test_a_semi_transparent_face_keeps_its_brightness(
+def test_a_semi_transparent_face_is_swapped_in_its_own_colour(
         t1_path: Path, astronaut_path: Path, tmp_path: Path) -> None:
-    """A face under alpha 128 is swapped as it is seen (flattened onto black) and written back in
-    straight colour: composited it matches the opaque swap's face, not one darkened twice (its
-    straight colour came out at half the opaque swap's, 166 -> 81)."""
+    """A face under alpha 128 or 24 is found and swapped in the file's straight colour: with
+    one alpha over the whole picture the stored colour is the opaque swap's, byte for byte.
+    Swapping the picture flattened onto black wrote faces at half brightness (166 -> 81), and
+    dividing by the alpha afterwards pinned a face at alpha 24 to 0 and 255."""
     rgb = np.asarray(Image.open(t1_path).convert("RGB"))
-    half = tmp_path / "half.png"
-    Image.fromarray(np.dstack([rgb, np.full(rgb.shape[:2], 128, np.uint8)]), "RGBA").save(half)
-    outs = {}
-    for name, target in (("opaque", t1_path), ("half", half)):
-        outs[name] = tmp_path / f"{name}-out.png"
+    opaque = tmp_path / "opaque-out.png"
+    assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(t1_path), "-o",
+                 str(opaque), "--engine", "classic"]) == 0
+    want = np.asarray(Image.open(opaque).convert("RGB"))
+    for a in (128, 24):
+        target, out = tmp_path / f"a{a}.png", tmp_path / f"a{a}-out.png"
+        Image.fromarray(np.dstack([rgb, np.full(rgb.shape[:2], a, np.uint8)]), "RGBA").save(target)
         assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(target), "-o",
-                     str(outs[name]), "--engine", "classic"]) == 0
-    opaque = np.asarray(Image.open(outs["opaque"]).convert("RGB")).astype(float)
-    got = np.asarray(Image.open(outs["half"]).convert("RGBA")).astype(float)
-    faces = (opaque != rgb).any(axis=2)
-    assert faces.mean() > 0.02 and (got[..., 3] == 128).all()
-    ratio = got[..., :3][faces].mean() / opaque[faces].mean()
-    assert 0.93 < ratio < 1.07, ratio
+                     str(out), "--engine", "classic"]) == 0
+        got = np.asarray(Image.open(out).convert("RGBA"))
+        assert (got[..., 3] == a).all()
+        np.testing.assert_array_equal(got[..., :3], want)
 
 
 def test_a_transparent_target_written_as_jpeg_says_its_transparency_is_lost(
@@ -103,4 +107,5 @@ def test_a_transparent_target_written_as_jpeg_says_its_transparency_is_lost(
     _target(t1_path, "RGBA", target)
     assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(target), "-o",
                  str(tmp_path / "out.jpg"), "--engine", "classic"]) == 0
-    assert "transparency cannot be kept in .jpg" in capsys.readouterr().out
+    assert "transparency cannot be kept in .jpg: it is flattened onto black" in \
+        capsys.readouterr().out

@@ -56,9 +56,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from livefuse.demo import run_demo
+    from livefuse.demo import check_out_dir, run_demo
 
     out = args.out.resolve()
+    check_out_dir(out)  # before the line that says where it writes
     print(f"livefuse demo: writing to {out}")
     for summary in run_demo(out, progress=not args.quiet):
         print("\n".join(summary.lines()))

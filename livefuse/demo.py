@@ -34,9 +34,8 @@ def build_clip(engine: Engine, path: Path, size: tuple[int, int] = CLIP_SIZE,
                       path, rate=CLIP_RATE)
 
 
-def run_demo(out_dir: Path, progress: bool = True,
-             config: EngineConfig | None = None) -> list[RunSummary]:
-    """Run the demo into ``out_dir`` (created). Returns the image and the clip summaries.
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse a demo folder that cannot be one.
 
     Raises:
         LivefuseError: ``out_dir`` is a file, or lies under one.
@@ -46,6 +45,16 @@ def run_demo(out_dir: Path, progress: bool = True,
     if blocker is not None and not blocker.is_dir():
         raise LivefuseError(f"demo output folder '{out_dir}': '{blocker}' is a file; give a "
                             "folder (--out)")
+
+
+def run_demo(out_dir: Path, progress: bool = True,
+             config: EngineConfig | None = None) -> list[RunSummary]:
+    """Run the demo into ``out_dir`` (created). Returns the image and the clip summaries.
+
+    Raises:
+        LivefuseError: see :func:`check_out_dir`.
+    """
+    check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     source_path = save_image(out_dir / "source_astronaut.png", astronaut())
     engine = Engine(config or EngineConfig(detect_every=3))

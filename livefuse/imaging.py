@@ -163,8 +163,12 @@ def flatten_onto_black(bgr: Frame, alpha: npt.NDArray[np.uint8]) -> Frame:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to a temp file beside ``path`` and rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    except OSError as exc:  # named by the output, not by a temp name the user never gave
+        raise OSError(exc.errno, f"cannot write there ({exc.strerror or exc})",
+                      str(path)) from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

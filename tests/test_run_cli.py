@@ -374,7 +374,8 @@ def test_paths_the_system_refuses_are_one_line_errors(
     assert _run("-s", astronaut_path, "-t", t1_path, "-o", tmp_path / "afile" / "x.jpg") == 2
     assert "is a file, not a folder" in capsys.readouterr().err
     assert main(["demo", "--out", str(tmp_path / "afile")]) == 2
-    assert "is a file; give a folder" in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "is a file; give a folder" in said.err and "writing to" not in said.out
 
     def refused(*a: object, **k: object) -> None:
         raise PermissionError(13, "Permission denied", str(tmp_path / "out.png"))
@@ -392,3 +393,19 @@ def test_a_reference_photo_with_several_faces_says_which_is_the_reference(
                 "--reference", t1_path) == 0
     err = capsys.readouterr().err
     assert "reference: 6 faces in" in err and "the largest, at" in err
+
+
+def test_an_output_folder_the_system_refuses_is_named_by_the_output(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-o /proc/x.jpg` named the temp file '/proc/.x.jpg.2oiu8zg4.part' (a new user's trial)."""
+    import tempfile
+
+    def refused(*a: object, dir: str = "", **k: object) -> None:
+        raise FileNotFoundError(2, "No such file or directory", f"{dir}/.out.jpg.abc123.part")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    out = tmp_path / "out.jpg"
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out) == 2
+    err = capsys.readouterr().err
+    assert f"'{out}': cannot write there" in err and ".part" not in err

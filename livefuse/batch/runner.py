@@ -309,8 +309,9 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
                         for i in plan.skipped]
     if plan.left_out:
         summary.notes.append(f"{plan.left_out} file(s) in the output folder '{opts.output_dir}' "
-                             "left out: an input folder walks into it, and they are this "
-                             "batch's outputs")
+                             "left out: an input folder or pattern walks into it, and what "
+                             "lies there is taken as output, not input (name a file itself "
+                             "to process it)")
     if not plan.items:
         summary.notes.append("nothing to do" if not plan.skipped else
                              "every output exists already (--overwrite processes them again)")

@@ -273,8 +273,11 @@ class VideoFileSource:
         except av.error.FFmpegError as exc:
             from livefuse.io.codecs import plain_av_error
 
-            raise EndOfStream(self._early_end(plain_av_error(exc))
-                              or f"input damaged: {plain_av_error(exc)}") from None
+            # after frames were read, "no readable video data" contradicts them: the count
+            # says it (as `run` does); a file that fails at once gets FFmpeg's reason
+            raise EndOfStream(self._early_end(None) or
+                              f"video '{self.path}': input damaged: {plain_av_error(exc)}"
+                              ) from None
         self._decoded += 1
         img = np.ascontiguousarray(frame.to_ndarray(format="bgr24"))
         if frame.pts is not None:

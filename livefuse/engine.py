@@ -424,10 +424,13 @@ class Engine:
             self.path.begin(staged)
             for _ in range(2):  # a detector frame size gets its graphs at its second use
                 detect_rotated(self.analyser.detect, staged, self.config.rotation)
-            sides = _face_sides(h)
-            boxes = _warm_boxes(w, h)
+            # largest first: all graphs share one memory pool, and a capture reuses the blocks
+            # earlier ones freed only where they are big enough; in rising order each new size
+            # took a new segment of the pool
+            sides = _face_sides(h)[::-1]
+            boxes = _warm_boxes(w, h)[::-1]
             out = staged.host
-            for n in range(1, self._warm_faces() + 1):
+            for n in range(self._warm_faces(), 0, -1):
                 for side in sides:
                     self.analyser.track(staged, _warm_faces(n, side, w, h))
                 faces = _warm_faces(n, h / 4, w, h)
@@ -449,10 +452,7 @@ class Engine:
             if staged.release is not None:
                 staged.release()
         self.path.release_cache()
-        # the models, graphs and buffers live as long as the session: a full garbage collection
-        # that walks them all stalls a frame by tens of ms, so they leave the collector's view
-        gc.collect()
-        gc.freeze()
+        refreeze()
         self.warm_up_s = time.perf_counter() - t0
         log.info("warm-up at %dx%d: %.2f s", w, h, self.warm_up_s)
         return self.warm_up_s
@@ -698,6 +698,19 @@ class Engine:
     @property
     def source_path(self) -> Path | None:
         return None if self._source is None else self._source.path
+
+
+def refreeze() -> None:
+    """Collect all garbage, then take every object left out of the collector's view
+    (``gc.freeze``). Called by :meth:`Engine.warm_up` on the inference thread.
+
+    The models, graphs and buffers live as long as the session: a full collection that walks
+    them all stalls a frame by tens of ms. Frozen objects are never collected, though, so the
+    earlier freezes are undone first: an engine dropped since (a settings change, a new stream)
+    is freed here with its VRAM, not kept until the process ends."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 def _face_sides(frame_h: int) -> list[float]:

@@ -183,3 +183,26 @@ def test_the_warm_up_sweep_meets_every_bucket(wh: tuple[int, int]) -> None:
     assert met == set(REGION_SIZES)
     faces = _warm_faces(4, 200.0, w, h)
     assert len(faces) == 4 and all(abs(f.width - 200.0) < 1e-3 for f in faces)
+
+
+def test_a_warm_up_frees_what_an_earlier_one_froze() -> None:
+    """An engine dropped after its warm-up froze it (a settings change) is freed by the next
+    warm-up's collection, not kept with its VRAM until the process ends."""
+    import gc
+    import weakref
+
+    from livefuse.engine import refreeze
+
+    class Node:
+        other: Node | None = None
+
+    a, b = Node(), Node()
+    a.other, b.other = b, a  # a cycle: only the collector frees it
+    gone = weakref.ref(a)
+    gc.freeze()
+    try:
+        del a, b
+        refreeze()
+        assert gone() is None
+    finally:
+        gc.unfreeze()

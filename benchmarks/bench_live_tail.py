@@ -155,7 +155,25 @@ def _vram() -> tuple[float, float]:
     return torch.cuda.memory_allocated() / 2**30, torch.cuda.memory_reserved() / 2**30
 
 
-def _build(paths: NeuralPaths, scene: Scene) -> tuple[Engine, ScriptedAnalyser]:
+def _pools() -> str:
+    """Reserved and allocated GiB per memory pool: torch's default pool and the CUDA graphs'
+    (``segment_pool_id`` other than ``(0, 0)``), from ``torch.cuda.memory_snapshot``."""
+    import torch
+
+    pools: dict[str, list[float]] = {}
+    for seg in torch.cuda.memory_snapshot():
+        pid = tuple(seg.get("segment_pool_id", (0, 0)))
+        name = "default" if pid == (0, 0) else f"graph pool {pid}"
+        row = pools.setdefault(name, [0.0, 0.0, 0.0])
+        row[0] += seg["total_size"] / 2**30
+        row[1] += seg["allocated_size"] / 2**30
+        row[2] += 1
+    return "; ".join(f"{k}: reserved {r:.2f} GiB, allocated {a:.2f} GiB in {n:.0f} segments"
+                     for k, (r, a, n) in sorted(pools.items()))
+
+
+def _build(paths: NeuralPaths, scene: Scene, landmarks: bool = True
+           ) -> tuple[Engine, ScriptedAnalyser]:
     cfg = EngineConfig(engine="neural", backend="torch", precision="fp16", device="cuda",
                        face_selector="many", detect_every=3, rotation="off")
     analyser, renderer = build_neural(cfg, paths)
@@ -164,6 +182,8 @@ def _build(paths: NeuralPaths, scene: Scene) -> tuple[Engine, ScriptedAnalyser]:
         from livefuse.swap.neural_engine import build_landmarker
         from livefuse.testing.scripted import ScriptedLandmarker
     except ImportError:
+        landmarks = False
+    if not landmarks:
         engine = Engine(cfg, components=(scripted, renderer), cache=CacheConfig(enabled=True),
                         warm_up=True)
     else:
@@ -184,8 +204,10 @@ def _build(paths: NeuralPaths, scene: Scene) -> tuple[Engine, ScriptedAnalyser]:
     return engine, scripted
 
 
-def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
-    import torch
+def _start(paths: NeuralPaths, scene: Scene, landmarks: bool = True
+           ) -> tuple[Engine, Any, Any, RecordingMetrics, float]:
+    """A LiveRunner on the scripted scene into the null camera, started: (engine, runner,
+    camera, metrics, start time)."""
     from bench_frame_path import register_null_camera
 
     from livefuse.io.sinks import VirtualCameraSink
@@ -193,8 +215,7 @@ def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
     from livefuse.live import LiveRunner
 
     register_null_camera()
-    scene = Scene()
-    engine, _ = _build(paths, scene)
+    engine, _ = _build(paths, scene, landmarks)
     metrics = RecordingMetrics()
     cam = VirtualCameraSink(SIZE[0], SIZE[1], FPS, backend="null")
     runner = LiveRunner(engine, FramesSource(frames_for(SIZE, 30), fps=FPS), [cam],
@@ -202,6 +223,11 @@ def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
                         metrics=metrics)
     t_start = time.perf_counter()
     runner.start()
+    _wait_warm(engine, metrics, t_start)
+    return engine, runner, cam, metrics, t_start
+
+
+def _wait_warm(engine: Engine, metrics: RecordingMetrics, t_start: float) -> None:
     # the start-up warm-up runs on the first frame: wait for it (the landed tree has none: 3 s)
     deadline = time.perf_counter() + 120
     while time.perf_counter() < deadline:
@@ -212,6 +238,58 @@ def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
         if warm and metrics.frames:
             break
     time.sleep(1.0)
+
+
+def ab_live(paths: NeuralPaths, seconds: float) -> None:
+    """Where the live latency goes, side by side in one process: the same live session with
+    the 106-point landmarker in the key, without it (a kps-only key), and with it under a
+    0.5 ms GIL switch interval (Python's default: 5 ms)."""
+    print(f"\n# live A/B ({seconds:.0f} s per phase): capture -> send latency, ms\n")
+    print("| variant | faces | frames | p50 ms | p95 | p99 | max | dropped | host CPU ms/frame |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    default = sys.getswitchinterval()
+    for name, landmarks, switch in (("106-point landmarks", True, default),
+                                    ("kps-only key", False, default),
+                                    ("106-point landmarks, switch interval 0.5 ms", True,
+                                     0.0005)):
+        sys.setswitchinterval(switch)
+        scene = Scene()
+        _engine, runner, cam, metrics, _ = _start(paths, scene, landmarks)
+        for faces, script in ((1, one_face), (4, four_faces)):
+            d0, cpu0 = _drops(runner, cam), time.process_time()
+            t0 = time.perf_counter_ns()
+            scene.script = script
+            time.sleep(seconds)
+            lat = metrics.between(t0, time.perf_counter_ns())
+            cpu = (time.process_time() - cpu0) * 1e3 / max(len(lat), 1)
+            print(f"| {name} | {faces} | {len(lat)} {_stats(lat)} {_drops(runner, cam) - d0} | "
+                  f"{cpu:.2f} |", flush=True)
+        runner.stop(2.0)
+        cam.close()
+        del _engine, runner, cam, metrics
+        _free()
+    sys.setswitchinterval(default)
+
+
+def _free() -> None:
+    """Free the sessions dropped so far, and give their VRAM back, so that the next one's
+    figures are its own."""
+    import gc
+
+    import torch
+
+    gc.unfreeze()
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+
+
+def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
+    import torch
+
+    scene = Scene()
+    engine, runner, cam, metrics, t_start = _start(paths, scene)
     warm_s = getattr(engine, "warm_up_s", None)
     print(f"\n# LiveRunner {SIZE[0]}x{SIZE[1]} at {FPS:.0f} fps -> virtual camera; fp16, detect "
           f"every 3, cache on; start-up warm-up "
@@ -219,6 +297,7 @@ def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
           f"ready {time.perf_counter() - t_start:.1f} s after start")
     a0, r0 = _vram()
     print(f"VRAM after the warm-up: torch allocated {a0:.2f} GiB, reserved {r0:.2f} GiB")
+    print(f"by pool: {_pools()}")
     print(f"\n| phase ({phase_s:.0f} s each) | frames | p50 ms | p95 | p99 | max | dropped | "
           "captures | host CPU ms/frame |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -266,13 +345,15 @@ def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
             w += 1
     runner.stop(2.0)
     cam.close()
+    print(f"by pool at the end: {_pools()}")
     print(f"\nrunner errors: {runner.errors}; torch max allocated "
           f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB, max reserved "
           f"{torch.cuda.max_memory_reserved() / 2**30:.2f} GiB")
 
 
 def _host_row(paths: NeuralPaths, cfg: EngineConfig, cache: CacheConfig,
-              frames: list[np.ndarray], n: int, warmup: int) -> tuple[float, float]:
+              frames: list[np.ndarray], n: int, warmup: int, landmarks: bool = True
+              ) -> tuple[float, float]:
     """ms per frame (p50) and the process's CPU ms per frame over ``stage`` + ``process``: the
     frame path's own host cost. The harness's fresh copy of each camera frame (a 6 MB memcpy,
     ~0.9 ms on the H200's host) is made outside the measure."""
@@ -281,6 +362,8 @@ def _host_row(paths: NeuralPaths, cfg: EngineConfig, cache: CacheConfig,
     from bench_frame_path import build
 
     engine, scripted = build(paths, cfg, cache, 1, SIZE)
+    if not landmarks:
+        engine.landmarker = None
     times, cpu = [], 0.0
     staged = engine.stage(frames[0].copy())
     for i in range(warmup + n):
@@ -307,12 +390,16 @@ def host_rows(paths: NeuralPaths, n: int, warmup: int, profile: bool) -> None:
     print("| cache | detect every | ms/frame p50 | host CPU ms/frame (stage + process) |")
     print("|---|---:|---:|---:|")
     frames = frames_for(SIZE, 8)
-    for cache_on, every in ((False, 1), (True, 3)):
+    for cache_on, every, landmarks in ((False, 1, True), (True, 3, True), (True, 3, False)):
         cfg = EngineConfig(engine="neural", backend="torch", precision="fp16", device="cuda",
                            face_selector="many", detect_every=every, smooth=False,
                            rotation="off")
-        ms, cpu = _host_row(paths, cfg, CacheConfig(enabled=cache_on), frames, n, warmup)
-        print(f"| {'on' if cache_on else 'off'} | {every} | {ms:.2f} | {cpu:.2f} |", flush=True)
+        ms, cpu = _host_row(paths, cfg, CacheConfig(enabled=cache_on), frames, n, warmup,
+                            landmarks)
+        label = "on" if cache_on else "off"
+        if cache_on and not landmarks:
+            label += ", no 106-point landmarks (kps-only key)"
+        print(f"| {label} | {every} | {ms:.2f} | {cpu:.2f} |", flush=True)
     if profile:
         import cProfile
         import pstats
@@ -352,6 +439,8 @@ def main() -> None:
     ap.add_argument("--no-host", action="store_true")
     ap.add_argument("--profile", action="store_true", help="cProfile the host (one row)")
     ap.add_argument("--tree", default=None, help="run this livefuse tree (A/B)")
+    ap.add_argument("--ab-live", type=float, default=0.0, metavar="SECONDS",
+                    help="first, the live A/B of the landmarker and the GIL switch interval")
     ap.add_argument("--models", default=None,
                     help="folder for the replicas (reused when there; default: a temporary one)")
     args = ap.parse_args()
@@ -380,6 +469,8 @@ def main() -> None:
             paths = NeuralPaths(build_scrfd_replica(files[0]), build_arcface_replica(files[1]),
                                 build_synthetic_inswapper(files[2], width=128),
                                 landmarker=files[3])
+        if args.ab_live > 0:
+            ab_live(paths, args.ab_live)
         if not args.host_only:
             live(paths, args.phase_seconds, args.soak_seconds, args.seed)
         if not args.no_host:

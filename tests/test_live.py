@@ -183,6 +183,23 @@ def test_slow_engine_drops_frames_and_never_queues() -> None:
     assert snap.output_fps <= snap.input_fps
 
 
+def test_a_running_session_hands_the_gil_over_sooner_and_gives_the_setting_back() -> None:
+    import sys
+
+    from livefuse.live import LIVE_SWITCH_INTERVAL_S
+
+    before = sys.getswitchinterval()
+    source = _CountingSource(160, 120, 100)
+    runner = LiveRunner(_Passthrough(delay_s=0.0, source=source), source, [])
+    runner.start()
+    try:
+        assert sys.getswitchinterval() == pytest.approx(min(before, LIVE_SWITCH_INTERVAL_S))
+        runner.start()  # a second start changes nothing, and the stop still restores
+    finally:
+        assert runner.stop(2.0)
+    assert sys.getswitchinterval() == before
+
+
 def test_slow_sink_never_queues() -> None:
     source = _CountingSource(160, 120, 100)
     got: list[tuple[int, int]] = []

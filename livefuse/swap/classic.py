@@ -60,6 +60,12 @@ _DEEPEN = 0.5  # how far a pixel the swap makes darker follows the curve (1 over
 _PALE = 0.1  # ... and one it makes lighter (more leaves pale patches beside the target's lips)
 _SKIN_DETAIL = 0.3  # share of the source's own colour detail kept on the skin (1 on features)
 _LOWPASS_SUPPORT = 0.3  # normalised-convolution weight under which a fine estimate falls back
+# The source's skin relief at two fine scales (Gaussian sigmas of these fractions of the face,
+# finest first) is brought to the target's contrast in each band, over skin, never raised and
+# never cut below _RELIEF_MIN_GAIN: a hard-lit, sharp source photo pasted on a soft-lit target
+# otherwise gives the skin a mottled, silvery sheen (docs/CLASSIC.md, "Relief")
+_RELIEF_BANDS = (1 / 60, 1 / 25, 1 / 12)
+_RELIEF_MIN_GAIN = 0.3
 
 
 @dataclass(frozen=True)
@@ -323,12 +329,41 @@ def _curve_table(curve: tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]
                     axis=-1).astype(np.float32)
 
 
+def match_relief(src_l: npt.NDArray[np.float32], tgt_l: npt.NDArray[np.float32],
+                 weights: FaceWeights, face_px: float) -> npt.NDArray[np.float32]:
+    """The source's lightness ``(h, w) float32`` with its skin relief in each band of
+    :data:`_RELIEF_BANDS` scaled to the target's (standard deviations over each one's skin; the
+    gain stays within [:data:`_RELIEF_MIN_GAIN`, 1]); its features (eyes, brows, nose wings,
+    lips) keep all of theirs."""
+    out = np.empty_like(src_l)
+    src_rest, tgt_rest = src_l, tgt_l
+    src_skin, tgt_skin = weights.source_skin > 0.5, weights.target_skin > 0.5
+    bands = []
+    for frac in _RELIEF_BANDS:
+        sigma = max(frac * face_px, 0.5)
+        s_low = np.asarray(cv2.GaussianBlur(src_rest, (0, 0), sigma), np.float32)
+        t_low = np.asarray(cv2.GaussianBlur(tgt_rest, (0, 0), sigma), np.float32)
+        bands.append((src_rest - s_low, tgt_rest - t_low))
+        src_rest, tgt_rest = s_low, t_low
+    out[:] = src_rest
+    for s_band, t_band in bands:
+        if src_skin.any() and tgt_skin.any():
+            spread = float(s_band[src_skin].std())
+            gain = float(np.clip(float(t_band[tgt_skin].std()) / max(spread, 1e-3),
+                                 _RELIEF_MIN_GAIN, 1.0))
+        else:
+            gain = 1.0
+        out += s_band * (gain + (1.0 - gain) * weights.source_features)
+    return out
+
+
 def relight(warped: Frame, roi: Frame, weights: FaceWeights, face_px: float) -> Frame:
     """The warped source face under the target's shading and colour (docs/CLASSIC.md).
 
     * Lightness: ``lowpass(target) + fade * (source - lowpass(source))``, both low-passes over
       skin only (:func:`masked_lowpass`, sigma = ``_SHADING_SIGMA * face_px``), then shifted so
-      that the face's mean lightness, as blended, is the target's.
+      that the face's mean lightness, as blended, is the target's. The source's fine skin relief
+      is first brought to the target's contrast (:func:`match_relief`).
     * Colour (a/b): the target's own colour at a fine scale (sigma = ``_COLOUR_SIGMA *
       face_px``, its eyes and lips left out), corrected along the target's colour curve
       (:func:`colour_curve`) for the lightness the source's relief gives each pixel: fully
@@ -349,6 +384,8 @@ def relight(warped: Frame, roi: Frame, weights: FaceWeights, face_px: float) -> 
     sigma = _SHADING_SIGMA * face_px
     src = np.asarray(cv2.cvtColor(warped, cv2.COLOR_BGR2LAB), np.float32)
     tgt = np.asarray(cv2.cvtColor(roi, cv2.COLOR_BGR2LAB), np.float32)
+    src[..., 0] = match_relief(np.ascontiguousarray(src[..., 0]),
+                               np.ascontiguousarray(tgt[..., 0]), w, face_px)
     detail = (src - masked_lowpass(src, w.source_skin, sigma)) * w.fade[..., None]
     low = masked_lowpass(tgt, w.target_skin, sigma)
     out = np.empty_like(src)

@@ -302,10 +302,16 @@ def test_in_process_workers_cut_a_long_video_and_join_it_exactly(
     assert all(w.units > 0 for w in summary.workers)
 
 
-def test_ctrl_c_stops_the_workers_and_removes_partial_outputs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("out_exists", [False, True])
+def test_ctrl_c_stops_the_workers_and_removes_partial_outputs(tmp_path: Path,
+                                                              out_exists: bool) -> None:
+    """... and the folders the run made: an output folder that was not there is not left
+    behind empty; one that was stays."""
     src = ntsc_clip(tmp_path / "long.mp4", frames=240, gop=15)
     ntsc_clip(tmp_path / "other.mp4", frames=120, gop=15)
     out = tmp_path / "out"
+    if out_exists:
+        out.mkdir()
     opts = BatchOptions((str(src), str(tmp_path / "other.mp4")), out, executor="local",
                         workers=2, chunk_seconds=1.0)
     main_id = threading.main_thread().ident
@@ -321,7 +327,8 @@ def test_ctrl_c_stops_the_workers_and_removes_partial_outputs(tmp_path: Path) ->
     threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         run_batch(opts, slow_marking_engine, quiet=True)
-    assert not out.exists() or list(out.rglob("*")) == []
+    assert out.exists() == out_exists
+    assert not out_exists or list(out.rglob("*")) == []
     assert [t.name for t in threading.enumerate() if t.name.startswith("livefuse-")] == []
 
 

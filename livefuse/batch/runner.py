@@ -13,6 +13,7 @@ Rules a batch keeps:
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -206,6 +207,22 @@ def _remove(paths: Sequence[Path]) -> None:
             p.unlink(missing_ok=True)
 
 
+def _missing_dirs(output_dir: Path, items: Sequence[Item]) -> list[Path]:
+    """The output folders (``output_dir`` and those under it the items write into) that do not
+    exist yet, deepest first: the run makes them."""
+    wanted = {output_dir, *(i.output.parent for i in items)}
+    for d in list(wanted):
+        wanted.update(p for p in d.parents if output_dir in p.parents)
+    return sorted((d for d in wanted if not d.exists()), key=lambda d: -len(d.parts))
+
+
+def _remove_empty(folders: Sequence[Path]) -> None:
+    """Remove each of ``folders`` (deepest first) that exists and is empty."""
+    for d in folders:
+        with contextlib.suppress(OSError):  # not empty, or gone: leave it
+            d.rmdir()
+
+
 def _clean_chunks(items: Sequence[Item]) -> None:
     """Remove chunk folders of ``items`` (and the shared chunk folder when it is empty)."""
     for item in items:
@@ -322,6 +339,7 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
     on_line(f"workers: {pool.description}")
     for n in notes:
         on_line(f"note: {n}")
+    made = _missing_dirs(opts.output_dir, plan.items)
     units: list[Unit] = []
     progress: Progress | None = None
     collector: _Collector | None = None
@@ -350,6 +368,8 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
             finished = collector.finished if collector is not None else set()
             _remove([p for u in units if u.item not in finished for p in leftovers(u)])
             _clean_chunks([i for i in plan.items if i not in finished])
+            # an interrupted run leaves no empty folder it made behind (one it found stays)
+            _remove_empty(made)
         raise
     progress.close()
     pool.close()

@@ -64,7 +64,7 @@ _LOWPASS_SUPPORT = 0.3  # normalised-convolution weight under which a fine estim
 # finest first) is brought to the target's contrast in each band, over skin, never raised and
 # never cut below _RELIEF_MIN_GAIN: a hard-lit, sharp source photo pasted on a soft-lit target
 # otherwise gives the skin a mottled, silvery sheen (docs/CLASSIC.md, "Relief")
-_RELIEF_BANDS = (1 / 60, 1 / 25, 1 / 12)
+_RELIEF_BANDS = (1 / 60, 1 / 25)
 _RELIEF_MIN_GAIN = 0.3
 
 

@@ -12,6 +12,8 @@ guard runs on the inference thread between the engine and the sinks and hides ev
 
 A lost face stays hidden until a swapped face is found at (or near) its place again: the guard
 cannot see whether the person is still there, and showing them is the failure it exists for.
+That holds for a face that was found and left unswapped too (a second person, a face cut by the
+frame's edge): when the detector loses it, its region stays hidden the same way.
 
 The guard knows only what the engine found; with the guard on, the session detects on every frame
 (:meth:`livefuse.config.AppConfig.effective_engine`) so that a face entering the picture is seen on
@@ -87,11 +89,17 @@ class GuardState:
 
 @dataclass
 class _Track:
-    """A face that was being swapped: its last box and motion."""
+    """A face that was being swapped (or found and left unswapped): its last box and motion."""
 
     bbox: FloatArray
     velocity: FloatArray = field(default_factory=lambda: np.zeros(2, np.float32))
     lost_for: int = 0
+
+
+def _near(a: FloatArray, b: FloatArray) -> bool:
+    """Whether two boxes' centres lie within :data:`RELEASE_DISTANCE` face widths."""
+    dist = float(np.hypot(*(_centre(a) - _centre(b))))
+    return dist <= RELEASE_DISTANCE * max(_size(a)[0], _size(b)[0])
 
 
 def _centre(bbox: FloatArray) -> FloatArray:
@@ -168,6 +176,8 @@ class PrivacyGuard:
     def __init__(self, config: GuardConfig | None = None) -> None:
         self.config = (config or GuardConfig()).validate()
         self._tracks: dict[int, _Track] = {}
+        # faces found and left unswapped, followed by position (the tracker gives them no id)
+        self._others: list[_Track] = []
         self._last_good: Frame | None = None
         self._held = 0
         self.state = GuardState(mode=self.config.mode)
@@ -185,6 +195,7 @@ class PrivacyGuard:
     def reset(self) -> None:
         """Forget every face followed and the held frame."""
         self._tracks.clear()
+        self._others.clear()
         self._last_good = None
         self._held = 0
 
@@ -221,6 +232,30 @@ class PrivacyGuard:
             dist, tid = min(lost)
             if dist <= RELEASE_DISTANCE * max(_size(box)[0], _size(self._tracks[tid].bbox)[0]):
                 del self._tracks[tid]
+        # a newly swapped face near a lost unswapped one is that person, swapped now
+        self._others = [t for t in self._others
+                        if t.lost_for == 0 or not any(_near(t.bbox, box) for box in fresh)]
+
+    def _follow_others(self, unswapped: Sequence[Face]) -> None:
+        """Match the unswapped faces to those of earlier frames by position; age the ones no
+        face continues (they are then hidden as lost faces are)."""
+        waiting = list(self._others)
+        now: list[_Track] = []
+        for face in unswapped:
+            box = np.asarray(face.bbox, np.float32)
+            near = [(float(np.hypot(*(_centre(t.bbox) - _centre(box)))), k)
+                    for k, t in enumerate(waiting) if _near(t.bbox, box)]
+            if near:
+                track = waiting.pop(min(near)[1])
+                step = (_centre(box) - _centre(track.bbox)) / max(track.lost_for, 1)
+                track.velocity = (0.5 * track.velocity + 0.5 * step).astype(np.float32)
+                track.bbox, track.lost_for = box, 0
+            else:
+                track = _Track(bbox=box)
+            now.append(track)
+        for track in waiting:
+            track.lost_for += 1
+        self._others = now + waiting
 
     def apply(self, output: Frame, swapped: Sequence[Face], unswapped: Sequence[Face]) -> Frame:
         """The frame to send in place of ``output``.
@@ -240,8 +275,10 @@ class PrivacyGuard:
         cfg = self.config
         if cfg.mode == "off":
             return output
+        self._follow_others(unswapped)
         self._follow(swapped)
-        lost = [t for t in self._tracks.values() if t.lost_for > 0]
+        lost = [t for t in self._tracks.values() if t.lost_for > 0] + \
+            [t for t in self._others if t.lost_for > 0]
         regions = [(grown(np.asarray(f.bbox, np.float32)), _size(f.bbox)[0]) for f in unswapped]
         regions += [(lost_region(t.bbox, t.velocity, t.lost_for), _size(t.bbox)[0])
                     for t in lost]

@@ -101,6 +101,26 @@ def test_blur_hides_every_unswapped_face_and_a_far_new_face_does_not_end_a_loss(
     assert guard.state.regions == 2 and guard.state.lost == 1
 
 
+def test_an_unswapped_face_the_detector_loses_stays_hidden() -> None:
+    """A face found and left unswapped (a face at the frame's edge) was blurred while found;
+    the frame after the detector lost it showed it unaltered (a new user's trial, demo clip)."""
+    guard = PrivacyGuard(GuardConfig(mode="blur"))
+    for i in range(4):  # the swapped face at the left; another found, not swapped, at the right
+        guard.apply(_frame(i), [_face(20, 60)], [_face(200 + 2 * i, 40, w=90)])
+        assert guard.state.action == "blur" and guard.state.lost == 0
+    f, before = _frame(5), _frame(5)
+    guard.apply(f, [_face(20, 60)], [])  # no longer found
+    assert guard.state.action == "blur" and guard.state.lost == 1
+    core = np.array([[215, 55], [285, 55], [285, 125], [215, 125]], np.float32)
+    assert same_fraction(f, before, core) < 0.2
+    guard.apply(_frame(6), [_face(20, 60)], [_face(210, 42, w=90)])  # found again: one face
+    assert guard.state.regions == 1 and guard.state.lost == 0
+    guard.apply(_frame(7), [_face(20, 60)], [])
+    f, before = _frame(8), _frame(8)
+    guard.apply(f, [_face(20, 60), _face(212, 44, w=90, track_id=9)], [])  # now swapped there
+    assert guard.state.action == "none" and np.array_equal(f, before)
+
+
 def test_hold_repeats_the_last_fully_swapped_frame_then_blurs() -> None:
     guard = PrivacyGuard(GuardConfig(mode="hold", hold_frames=3))
     good = _frame(1)

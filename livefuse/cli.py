@@ -18,6 +18,7 @@ from livefuse.cli_args import (
     add_models_dir_arg,
     add_source_args,
     add_video_args,
+    at_least,
     choose_engine,
     video_options,
 )
@@ -69,6 +70,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if not args.quality:
+        unused = [o for o, v in (("--engine", args.engine), ("--models-dir", args.models_dir))
+                  if v is not None]
+        if unused:
+            from livefuse.errors import ConfigError
+
+            raise ConfigError(f"{', '.join(unused)}: only with --quality (the fps table always "
+                              "times the classic engine)")
     if args.quality:
         from livefuse.bench import bench_quality
         from livefuse.config import EngineConfig
@@ -76,7 +85,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from livefuse.models.download import status
         from livefuse.models.engine_choice import resolve_engine
 
-        base = EngineConfig(engine=args.engine, face_selector="one", models_dir=args.models_dir)
+        base = EngineConfig(engine=args.engine or "auto", face_selector="one",
+                            models_dir=args.models_dir)
         d = models_dir(args.models_dir)
         have = {n for n in ("gfpgan_1.4", "xseg", "bisenet_resnet34")
                 if status(get_spec(n), d) == "present"}
@@ -147,12 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Time the classic engine on the demo clip at 640x480 and 1280x720 for each "
                     "detection interval and face selector, and print the fps table.",
         formatter_class=HelpFormatter)
-    p.add_argument("--frames", type=int, default=120, help="frames per table row")
+    p.add_argument("--frames", type=at_least(1), default=120, help="frames per table row")
     p.add_argument("--quality", action="store_true",
                    help="the quality gate instead: PSNR/SSIM of fp16, the cache, the enhancer "
                         "and masks against their references, on the face region")
-    p.add_argument("--engine", choices=("auto", "classic", "neural"), default="auto",
-                   help="with --quality: the engine to measure")
+    p.add_argument("--engine", choices=("auto", "classic", "neural"), default=None,
+                   help="with --quality: the engine to measure (default: auto)")
     add_models_dir_arg(p, None, "neural: model folder")
     p.set_defaults(func=_cmd_bench)
     return parser

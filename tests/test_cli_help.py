@@ -94,6 +94,7 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     (["live", "-s", "a.png", "--cache-refresh", "0"], "--cache-refresh: 0 must be at least 1"),
     (["batch", "-s", "a.png", "in", "-o", "out", "--workers", "0"],
      "--workers: 0 must be at least 1"),
+    (["bench", "--frames", "0"], "--frames: 0 must be at least 1"),
 ])
 def test_out_of_range_numbers_are_refused_in_the_options_own_terms(
         argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -104,3 +105,14 @@ def test_out_of_range_numbers_are_refused_in_the_options_own_terms(
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2 and said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["bench", "--engine", "neural"],
+                                  ["bench", "--models-dir", "somewhere"]])
+def test_bench_refuses_quality_options_without_quality(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench --engine neural` printed the classic table and exited 0 (a new user's trial)."""
+    from livefuse.cli import main
+
+    assert main(argv) == 2
+    assert "only with --quality" in capsys.readouterr().err

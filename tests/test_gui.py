@@ -186,6 +186,15 @@ def test_window_builds_with_the_config_choices(window: MainWindow) -> None:
     assert "source face" in window.statuses[-1]
 
 
+def test_a_video_given_by_a_relative_path_is_kept_absolute(
+        window: MainWindow, clip_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`livefuse gui --video clip.mp4` saved "clip.mp4"; the next launch from another folder
+    retried it forever (a new user's trial)."""
+    monkeypatch.chdir(clip_path.parent)
+    window.set_video(Path(clip_path.name))
+    assert window.config.capture.video == str(clip_path.absolute())
+
+
 def test_start_with_video_gives_frames_and_metrics(qtbot: Any, window: MainWindow,
                                                    astronaut_path: Path, clip_path: Path) -> None:
     _choose_source(qtbot, window, astronaut_path)

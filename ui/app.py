@@ -177,7 +177,10 @@ def close_app(app: Any, win: Any, own_app: bool, wait_for_jobs: Any) -> None:
 
 
 def _handler(args: argparse.Namespace) -> int:
-    return launch(args.config, args.video, args.source, args.start)
+    # absolute: the settings keep them, and the next launch may start in another folder
+    video = None if args.video is None else args.video.absolute()
+    source = None if args.source is None else args.source.absolute()
+    return launch(args.config, video, source, args.start)
 
 
 def add_parser(sub: Any) -> None:

@@ -744,8 +744,9 @@ class MainWindow(QMainWindow):
     # -- user actions ---------------------------------------------------------------------------
     def set_video(self, path: Path) -> None:
         """Use a video file as the input (looped)."""
-        capture = dataclasses.replace(self.config.capture, kind="video", video=str(path),
-                                      loop=True)
+        # absolute: the settings keep it, and the next launch may start in another folder
+        capture = dataclasses.replace(self.config.capture, kind="video",
+                                      video=str(Path(path).absolute()), loop=True)
         self._show_capture(capture)
         self._set_config(dataclasses.replace(self.config, capture=capture))
 

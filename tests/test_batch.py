@@ -4,6 +4,7 @@ The Ray executor's own tests are in test_batch_ray.py."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import threading
@@ -376,3 +377,24 @@ def test_an_early_ended_input_is_said_again_when_a_rerun_skips_it(tmp_path: Path
     ntsc_clip(clip, frames=30, audio_tracks=0)  # the input, fixed: done in full, marker gone
     run_batch(_opts(tmp_path / "in", out, overwrite=True), marking_engine, quiet=True)
     assert not incomplete_marker(out / "cut.mp4").exists()
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only --output-dir failed every item after the workers started, each with
+    "internal error: OSError ... (imaging.py:170)" (a new user's trial)."""
+    from livefuse.errors import LivefuseError
+
+    src = tmp_path / "in.png"
+    src.write_bytes(b"x")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr("livefuse.batch.plan.os.access",
+                        lambda p, mode: False if Path(p) == locked else real(p, mode))
+    for out in (locked, locked / "new" / "deeper"):
+        with pytest.raises(LivefuseError, match=r"cannot write in '.*locked'"):
+            plan_items([str(src)], out)
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(LivefuseError, match=r"is a file, not a folder"):
+        plan_items([str(src)], tmp_path / "file" / "sub")

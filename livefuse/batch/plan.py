@@ -217,6 +217,15 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
 
     if output_dir.exists() and not output_dir.is_dir():
         raise LivefuseError(f"--output-dir '{output_dir}' is a file; give a folder")
+    # the nearest folder that exists is where the outputs' folders will be made: refuse it now,
+    # before the workers start, rather than fail every item on it
+    base = next((p for p in (output_dir.absolute(), *output_dir.absolute().parents)
+                 if p.exists()), None)
+    if base is not None and not base.is_dir():
+        raise LivefuseError(f"--output-dir '{output_dir}': '{base}' is a file, not a folder")
+    if base is not None and not os.access(base, os.W_OK | os.X_OK):
+        raise LivefuseError(f"--output-dir '{output_dir}': cannot write in '{base}' (read-only "
+                            "or no permission)")
     # an output folder inside an input folder: its files are this batch's outputs, not inputs
     # (an output folder that IS an input folder is refused below, output by output)
     found, problems, left_out = expand(inputs, recursive, output_dir)

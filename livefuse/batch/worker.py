@@ -208,6 +208,10 @@ class BatchWorker:
             raise
         except LivefuseError as exc:
             result.message = str(exc)
+        except OSError as exc:  # the machine's answer (a read-only disk, a full one): no bug
+            where = f" '{exc.filename}'" if exc.filename else ""
+            result.message = (f"'{unit.item.input}': cannot write{where}: "
+                              f"{exc.strerror or exc}")
         except Exception as exc:  # a bug must cost one item, not the batch; say where it was
             tb = traceback.extract_tb(exc.__traceback__)[-1]
             result.message = (f"'{unit.item.input}': internal error: {type(exc).__name__}: "

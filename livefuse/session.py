@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from livefuse.config import AppConfig, CaptureConfig, GuardMode, OutputConfig
+from livefuse.config import AppConfig, CaptureConfig, EngineConfig, GuardMode, OutputConfig
 from livefuse.errors import ConfigError, LivefuseError
 from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.paths import check_output
@@ -677,10 +677,7 @@ class Session:
             if isinstance(item, PresetError):
                 out[item.name] = item.problem
                 continue
-            from livefuse.config import MODEL_RELOAD_FIELDS
-
-            if any(getattr(item.engine, f) != getattr(self._config.engine, f)
-                   for f in MODEL_RELOAD_FIELDS):
+            if not _same_models(item.engine, self._config.engine):
                 out[item.name] = "other models: prepared when switched to"
                 continue
             try:
@@ -860,5 +857,20 @@ class Session:
         if server is not None:
             server.close()
 
+
+
+def _same_models(a: EngineConfig, b: EngineConfig) -> bool:
+    """Whether engines of ``a`` and ``b`` load the same models: equal in every field of
+    :data:`~livefuse.config.MODEL_RELOAD_FIELDS`, with an ``auto`` engine taken as the engine it
+    resolves to (a preset saved with the defaults says ``auto``; a session started with ``-s``
+    runs the engine ``auto`` chose)."""
+    from livefuse.config import MODEL_RELOAD_FIELDS
+    from livefuse.models.engine_choice import resolve_engine
+
+    if any(getattr(a, f) != getattr(b, f) for f in MODEL_RELOAD_FIELDS - {"engine"}):
+        return False
+    if a.engine == b.engine:
+        return True
+    return resolve_engine(a).engine == resolve_engine(b).engine
 
 __all__ = ["SWITCH_TIMEOUT_S", "Session", "build_source"]

@@ -189,3 +189,19 @@ def test_stopped_switch_save_rename_delete(store: PresetStore, analyser: Any,
     status = session.status()
     assert status["guard"]["mode"] == "blur" and status["detect_every"] == 1
     assert status["source"] == store.load("Hanks").source.path
+
+
+def test_a_preset_saved_with_auto_shares_the_models_of_the_engine_auto_chose(
+        tmp_path: Path) -> None:
+    """`live -s PHOTO` runs the engine ``auto`` resolved to; presets saved with the defaults
+    say ``auto`` and were all "other models: prepared when switched to", so a switch stalled
+    the stream for a second (a new user's trial)."""
+    from livefuse.config import EngineConfig
+    from livefuse.session import _same_models
+
+    empty = str(tmp_path / "no-models")
+    auto = EngineConfig(engine="auto", models_dir=empty)
+    assert _same_models(auto, EngineConfig(engine="classic", models_dir=empty))
+    assert not _same_models(auto, EngineConfig(engine="neural", models_dir=empty))
+    assert not _same_models(EngineConfig(engine="classic", models_dir=empty),
+                            EngineConfig(engine="classic", models_dir=str(tmp_path)))

@@ -81,7 +81,7 @@ _STILL_UPSAMPLE = 1
 """Still images are detected one pyramid step finer than video frames (CenterFace at 640x480
 instead of 320x240; SCRFD at twice its input): t1.jpg turned by 30 degrees lies on a 1550 px
 canvas, where the fast pass sees a 93 px face at 16 px and misses it."""
-_TOO_SMALL_PX = 24  # under this the renderers' crops hold too little of the face
+_TOO_SMALL_PX = 24  # under this the renderers' crops hold too little of the face: not swapped
 
 
 def unswapped_reason(face: Face, shape: tuple[int, ...]) -> str:
@@ -499,7 +499,13 @@ class Engine:
             if strict:
                 raise
             targets = []
-        chosen = {id(f) for f in targets}
+        small = [f for f in targets if f.width < _TOO_SMALL_PX]
+        if small:  # found, but a swap of so few pixels is a smear (a new user's 12-16 px faces)
+            targets = [f for f in targets if f.width >= _TOO_SMALL_PX]
+            packet.skipped += [SkippedFace(f.bbox, f"too small to swap (under {_TOO_SMALL_PX} "
+                                           "px wide)", f.angle, f.score) for f in small]
+            packet.unswapped += small
+        chosen = {id(f) for f in (*targets, *small)}
         others = [f for f in faces if id(f) not in chosen]
         targets = landmarks_of(self.fitter, frame, targets)
         packet.skipped += [SkippedFace(f.bbox, f"not selected (face selector '{cfg.face_selector}'"

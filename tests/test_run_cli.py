@@ -82,6 +82,22 @@ def test_target_index_picks_that_face(tmp_path: Path, astronaut_path: Path, t1_p
     assert changed == [i == 2 for i in range(6)]
 
 
+def test_faces_too_small_to_swap_are_named_not_smeared(tmp_path: Path, astronaut_path: Path,
+                                                      t1_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """t1.jpg at 160x111: its faces are 12-16 px wide. They were all "swapped" into white and
+    blue smears, exit 0 (a new user's trial); now none is, and each is named."""
+    import cv2
+
+    tiny = save_image(tmp_path / "tiny.png", cv2.resize(load_image(t1_path).bgr, (160, 111),
+                                                       interpolation=cv2.INTER_AREA))
+    out = tmp_path / "o.png"
+    assert _run("-s", astronaut_path, "-t", tiny, "-o", out) == 2
+    err = capsys.readouterr().err
+    assert "no face was swapped" in err and "too small to swap (under 24 px wide)" in err
+    assert not out.exists()
+
+
 def test_source_with_no_face(tmp_path: Path, t1_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
     src = save_image(tmp_path / "blank.png", np.full((200, 200, 3), 90, np.uint8))

@@ -105,9 +105,12 @@ def cmd_import(args: argparse.Namespace) -> int:
     known = {p.name for p in catalog.PACKS} | {p.filename for p in catalog.PACKS} | \
         {s.name for s in CATALOG} | {s.filename for s in CATALOG}
     if key not in known:
+        names = ", ".join(s.name for s in CATALOG)
+        if args.name:
+            raise LivefuseError(f"cannot import '{path}': --name '{args.name}' is not in the "
+                                f"catalog (one of {names})")
         raise LivefuseError(f"cannot tell which model '{path.name}' is: its name is not in the "
-                            "catalog; say which with --name NAME (one of "
-                            f"{', '.join(s.name for s in CATALOG)})")
+                            f"catalog; say which with --name NAME (one of {names})")
     if key in {p.name for p in catalog.PACKS} | {p.filename for p in catalog.PACKS}:
         for out in dl.import_pack(path, catalog.get_pack(key), _dir(args)):
             print(f"{out.stem}: {dl.status_text(dl.status(get_spec(out.stem), out.parent))} "

@@ -172,16 +172,19 @@ def test_import_of_wrong_file_raises_clear_error(tmp_path: Path) -> None:
     ("missing", r"cannot import '.*missing\.onnx': file not found"),
     ("folder", r"cannot import '.*folder': it is a folder; give the model file"),
     ("unknown", r"cannot tell which model 'mine\.onnx' is: .* --name NAME"),
+    ("unknown name", r"cannot import '.*mine\.onnx': --name 'nosuch' is not in the catalog"),
 ])
 def test_import_says_what_is_wrong_with_the_path(tmp_path: Path, what: str, said: str) -> None:
-    """A missing file or a folder was reported as "unknown model 'missing.onnx'"."""
+    """A missing file or a folder was reported as "unknown model 'missing.onnx'"; a wrong
+    --name was answered "say which with --name" (a new user's trial)."""
     path = {"missing": tmp_path / "missing.onnx", "folder": tmp_path / "folder",
-            "unknown": tmp_path / "mine.onnx"}[what]
+            "unknown": tmp_path / "mine.onnx", "unknown name": tmp_path / "mine.onnx"}[what]
     if what == "folder":
         path.mkdir()
-    elif what == "unknown":
+    elif what.startswith("unknown"):
         path.write_bytes(b"x" * 100)
-    args = _parse(["models", "--models-dir", str(tmp_path / "m"), "import", str(path)])
+    name = ["--name", "nosuch"] if what == "unknown name" else []
+    args = _parse(["models", "--models-dir", str(tmp_path / "m"), "import", str(path), *name])
     with pytest.raises(LivefuseError, match=said):
         args.func(args)
     assert not (tmp_path / "m").exists()

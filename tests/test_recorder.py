@@ -170,3 +170,15 @@ def test_a_relative_recording_path_lands_where_it_was_given(
     rec.close()
     assert (tmp_path / "here" / "rec.mp4").is_file()
     assert not (tmp_path / "elsewhere" / "rec.mp4").exists()
+
+
+def test_a_folder_given_as_the_recording_is_called_a_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`live --record .` said "unsupported recording suffix ''" (a new user's trial)."""
+    from livefuse.errors import VideoError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "clips.mp4").mkdir()
+    for given in (".", "clips.mp4"):
+        with pytest.raises(VideoError, match="is a folder; give the recording a file name"):
+            RecorderSink(given)

@@ -421,14 +421,15 @@ class RecorderSink(Sink):
         # absolute now: the file is opened on the writer thread, and a later chdir (the app's
         # file dialogs) must not move where the recording lands
         self.path = Path(path).absolute()
+        if self.path.is_dir():  # before the suffix: '.' or 'recordings/' named no file
+            raise VideoError(self.path, "is a folder; give the recording a file name (.mp4, "
+                                        ".mkv or .mov)")
         if self.path.suffix.lower() not in {".mp4", ".mkv", ".mov"}:
             raise VideoError(self.path, f"unsupported recording suffix '{self.path.suffix}': "
                                         "use .mp4, .mkv or .mov")
         # the file opens at the first frame, on the writer thread: a path that cannot be
         # written is refused now, before a session runs for nothing
         folder = self.path.parent
-        if self.path.is_dir():
-            raise VideoError(self.path, "is a folder; give a file name for the recording")
         if not folder.is_dir():
             raise VideoError(self.path, f"folder '{folder}' " + (
                 "is a file" if folder.exists() else "does not exist"))

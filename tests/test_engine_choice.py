@@ -51,6 +51,19 @@ def test_auto_is_classic_without_the_neural_models_and_neural_with_them(
     assert _names(required_models(auto))[:3] == ["det_10g", "w600k_r50", "inswapper_128_fp16"]
 
 
+def test_auto_says_which_neural_files_are_there_but_not_usable(tmp_path: Path) -> None:
+    """Corrupt det_10g and inswapper_128 in --models-dir: `run` said "no neural models
+    installed", sending the user to fetch them again (a new user's trial)."""
+    from livefuse.models.catalog import get_spec
+
+    for name in ("det_10g", "inswapper_128"):
+        (tmp_path / get_spec(name).filename).write_bytes(b"not a model")
+    choice = resolve_engine(EngineConfig(engine="auto", models_dir=str(tmp_path)))
+    assert choice.engine == "classic"
+    assert "det_10g: corrupt" in choice.reason and "inswapper_128: corrupt" in choice.reason
+    assert "models verify" in choice.reason and "w600k_r50" not in choice.reason
+
+
 def test_parsing_never_probes_the_models_and_every_entry_point_asks_the_one_resolver(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         tmp_path: Path) -> None:

@@ -83,6 +83,14 @@ def resolve_engine(config: EngineConfig) -> EngineChoice:
         return EngineChoice(config.engine, config.engine, f"{config.engine} asked for")
     if neural_models_present(config.models_dir):
         return EngineChoice("neural", "auto", AUTO_NEURAL)
+    d = models_dir(config.models_dir)
+    bad = [(spec.name, state) for spec in core_models(d)
+           if (state := status(spec, d)) not in ("present", "missing")]
+    if bad:  # files there but not usable: "not installed" sent users to fetch them again
+        return EngineChoice("classic", "auto", (
+            "the neural models in '" + str(d) + "' are not all verified ("
+            + ", ".join(f"{n}: {st}" for n, st in bad) + "), so the offline classic engine "
+            "runs; `livefuse models verify` says more"))
     return EngineChoice("classic", "auto", AUTO_CLASSIC)
 
 

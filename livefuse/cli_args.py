@@ -76,8 +76,16 @@ def add_models_dir_arg(p: argparse.ArgumentParser, default: object = None,
                        what: str = "models folder") -> None:
     """``--models-dir DIR`` (``default``: ``None``, or ``argparse.SUPPRESS`` on a sub-command
     so that a value given before it is kept)."""
-    p.add_argument("--models-dir", default=default,
+    p.add_argument("--models-dir", default=default, type=_models_folder,
                    help=f"{what} (default: ${MODELS_DIR_ENV} or the user data dir)")
+
+
+def _models_folder(text: str) -> str:
+    """``--models-dir``: any folder, made when needed, but not an existing file (it was taken
+    and the models then looked for under it, as "not installed")."""
+    if Path(text).expanduser().exists() and not Path(text).expanduser().is_dir():
+        raise argparse.ArgumentTypeError(f"'{text}' is a file, not a folder")
+    return text
 
 
 def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEFAULTS) -> None:

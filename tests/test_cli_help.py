@@ -95,6 +95,7 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     (["batch", "-s", "a.png", "in", "-o", "out", "--workers", "0"],
      "--workers: 0 must be at least 1"),
     (["bench", "--frames", "0"], "--frames: 0 must be at least 1"),
+    (["models", "--models-dir", __file__, "list"], f"'{__file__}' is a file, not a folder"),
 ])
 def test_out_of_range_numbers_are_refused_in_the_options_own_terms(
         argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -256,13 +256,17 @@ def _join_started(threads: Sequence[threading.Thread], chain: _Chain) -> None:
     wind down (a signal raised out of one join left the others running past the call; the
     first such interrupt is raised once all have ended)."""
     late: BaseException | None = None
-    for t in threads:
-        while t.ident is not None and t.is_alive():
-            try:
-                t.join()
-            except BaseException as exc:
-                chain.fail("caller", exc)
-                late = late or exc
+    pending = list(threads)
+    while pending:
+        # the test as well as the join inside the try: a signal can land on either
+        try:
+            if pending[0].ident is not None and pending[0].is_alive():
+                pending[0].join()
+            else:
+                pending.pop(0)
+        except BaseException as exc:
+            chain.fail("caller", exc)
+            late = late or exc
     if late is not None:
         raise late
 

@@ -650,6 +650,7 @@ class Engine:
                     self.cache.store(tid, keys[i], ((swap[i], enh[i]),
                                                     alignment_points(targets[i])))
         packet.swapped = sum(r is not None for r in rois)
+        packet.regions = [r for r in rois if r is not None]
         unrendered = [f for f, r in zip(targets, rois, strict=True) if r is None]
         packet.unswapped += unrendered
         packet.skipped += [SkippedFace(f.bbox, unswapped_reason(f, out.shape), f.angle, f.score)

@@ -27,6 +27,7 @@ from livefuse.io.paths import check_output
 from livefuse.io.pipeline import ChainStats
 from livefuse.io.video import (
     OUTPUT_VIDEO_SUFFIXES,
+    Processed,
     Span,
     VideoOptions,
     is_video_path,
@@ -155,7 +156,7 @@ class EngineProcessor:
     def stage(self, frame: Frame) -> StagedFrame:
         return self.engine.stage(frame)
 
-    def process(self, staged: StagedFrame, index: int, t_s: float) -> Frame:
+    def process(self, staged: StagedFrame, index: int, t_s: float) -> Processed:
         packet = self.engine.process(staged, index=index, t_capture_ns=round(t_s * 1e9),
                                      in_place=True)
         self.summary.faces_found += packet.found
@@ -170,7 +171,7 @@ class EngineProcessor:
             kinds.add(kind)
         self._skip_frames.update(kinds)
         assert packet.output is not None
-        return packet.output
+        return Processed(packet.output, packet.regions)
 
     def skipped_lines(self) -> list[str]:
         """One line per reason faces were found and not swapped, most frequent first: how many

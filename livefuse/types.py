@@ -163,6 +163,9 @@ class FramePacket:
         skipped: the faces counted in ``found`` that were not swapped, with why.
         dropped: detections not counted as faces (a turned detection over a face found
             upright, or one whose landmarks do not fit its box), with why.
+        regions: ``(x0, y0, x1, y1)`` px, end-exclusive, of every part of ``output`` that
+            differs from ``frame``: outside them the two are equal (a video job re-encodes
+            only these, and copies the rest from the decoded input).
     """
 
     index: int
@@ -178,3 +181,4 @@ class FramePacket:
     unswapped: list[Face] = field(default_factory=list)
     skipped: list[SkippedFace] = field(default_factory=list)
     dropped: list[SkippedFace] = field(default_factory=list)
+    regions: list[tuple[int, int, int, int]] = field(default_factory=list)

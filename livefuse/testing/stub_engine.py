@@ -52,6 +52,7 @@ class MarkingEngine:
         self.times_ns.append(t_capture_ns if t_capture_ns is not None else -1)
         packet = FramePacket(index=index, t_capture_ns=t_capture_ns or 0, frame=host)
         packet.output, packet.found, packet.swapped = out, 1, 1
+        packet.regions = [(0, 0, 8, 8)]
         return packet
 
     def process_image(self, frame: Frame) -> FramePacket:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import threading
 import time
 from collections import deque
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from livefuse.config import AppConfig, CacheConfig, EngineConfig
 from livefuse.errors import LivefuseError
+from livefuse.gil import hold_switch_interval
 from livefuse.guard import PrivacyGuard
 from livefuse.imaging import LoadedImage
 from livefuse.io.sinks import Sink
@@ -190,7 +190,7 @@ class LiveRunner:
         self._statuses: deque[str] = deque(maxlen=100)
         self._switch: _Switch | None = None
         self._preloads: deque[_Switch] = deque()
-        self._saved_switch: float | None = None  # the GIL switch interval before start()
+        self._release_switch: Callable[[], None] | None = None  # gives the GIL interval back
         self.guard = PrivacyGuard(self.config.guard)
         self.swap = True
         """Swap faces (``False``: frames pass as they are, but the guard still hides them)."""
@@ -260,9 +260,8 @@ class LiveRunner:
             self._thread = threading.Thread(
                 target=self._run, args=(slot, stop, previous), daemon=True,
                 name="livefuse-inference-next" if waits else "livefuse-inference")
-            if self._saved_switch is None:
-                self._saved_switch = sys.getswitchinterval()
-                sys.setswitchinterval(min(self._saved_switch, LIVE_SWITCH_INTERVAL_S))
+            if self._release_switch is None:
+                self._release_switch = hold_switch_interval(LIVE_SWITCH_INTERVAL_S)
             self._capture.start()
             self._thread.start()
 
@@ -311,9 +310,9 @@ class LiveRunner:
             left = [*([self._switch] if self._switch is not None else []), *self._preloads]
             self._switch = None
             self._preloads.clear()
-            if self._saved_switch is not None:
-                sys.setswitchinterval(self._saved_switch)
-                self._saved_switch = None
+            if self._release_switch is not None:
+                self._release_switch()
+                self._release_switch = None
         for switch in left:
             switch.future.set_exception(SwitchCancelled("the session stopped before the switch"))
         # joined outside the lock: the inference thread takes it at every frame boundary

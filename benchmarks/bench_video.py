@@ -32,6 +32,7 @@ from replica_video import (
 
 from livefuse.bench import git_commit, machine
 from livefuse.config import CacheConfig, EngineConfig
+from livefuse.io import pipeline
 from livefuse.io.codecs import encoder_options, open_video, probe_encoder
 from livefuse.io.video import VideoOptions
 from livefuse.run import run_video
@@ -78,7 +79,11 @@ def main() -> None:
     common_args(ap)
     ap.add_argument("--alone-frames", type=int, default=300,
                     help="frames for the decode/encode/engine-alone rows")
+    ap.add_argument("--switch-ab", action="store_true",
+                    help="also run the pipelined path with Python's default 5 ms GIL switch "
+                         "interval (livefuse.io.pipeline.CHAIN_SWITCH_INTERVAL_S)")
     args = ap.parse_args()
+    switch = pipeline.CHAIN_SWITCH_INTERVAL_S
     w, h = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         d = args.workdir or Path(tmp)
@@ -110,9 +115,13 @@ def main() -> None:
                 continue
             print(f"| {label} | {encode_alone(frames, name, ft):.0f} |", flush=True)
 
+        modes = ["serial", "pipelined"] + (["pipelined-5ms"] if args.switch_ab else [])
         print("\n| run_video | detect every | cache | fps serial | fps pipelined | pipelined / "
-              "serial | Engine.process alone fps | pipelined / alone | busiest stage (s) |")
-        print("|---|---:|---|---:|---:|---:|---:|---:|---|")
+              "serial | Engine.process alone fps | pipelined / alone | job CPU ms/frame "
+              "serial / pipelined | busiest stage (s) |" +
+              (" fps pipelined, 5 ms switch |" if args.switch_ab else ""))
+        print("|---|---:|---|---:|---:|---:|---:|---:|---:|---|" +
+              ("---:|" if args.switch_ab else ""))
         for every, cache_on in ((1, False), (3, True)):
             cache = CacheConfig(enabled=cache_on)
             factory: ReplicaEngine | ClassicEngine = ClassicEngine(
@@ -120,15 +129,19 @@ def main() -> None:
                 else ReplicaEngine(paths, user_config(args.device, detect_every=every), (w, h),
                                    cache)
             alone = engine_alone_fps(factory, frames, min(len(frames), 200))
-            fps = {}
+            fps, cpu = {}, {}
             busiest = ""
-            for mode in ("serial", "pipelined"):
+            for mode in modes:
                 engine = factory()
                 for i, f in enumerate(frames[:20]):  # warm-up: graphs captured, caches filled
                     engine.process(f.copy(), index=i, t_capture_ns=i * 33_333_333)
                 out = d / f"out_{mode}_{every}.mp4"
+                pipeline.CHAIN_SWITCH_INTERVAL_S = 0.005 if mode == "pipelined-5ms" else switch
+                c0 = time.process_time()
                 summary = run_video(engine, clip, out, progress=False,
-                                    video=VideoOptions(pipelined=mode == "pipelined"))
+                                    video=VideoOptions(pipelined=mode != "serial"))
+                pipeline.CHAIN_SWITCH_INTERVAL_S = switch
+                cpu[mode] = (time.process_time() - c0) * 1e3 / max(summary.frames, 1)
                 fps[mode] = summary.fps
                 if mode == "pipelined" and summary.stats is not None:
                     top = sorted(summary.stats.busy_s.items(), key=lambda kv: -kv[1])[:3]
@@ -137,7 +150,9 @@ def main() -> None:
             print(f"| user defaults{'' if every == 1 else ' + detect 3, cache'} | {every} | "
                   f"{'on' if cache_on else 'off'} | {fps['serial']:.1f} | "
                   f"{fps['pipelined']:.1f} | {fps['pipelined'] / fps['serial']:.2f}x | "
-                  f"{alone:.1f} | {fps['pipelined'] / alone:.2f} | {busiest} |", flush=True)
+                  f"{alone:.1f} | {fps['pipelined'] / alone:.2f} | "
+                  f"{cpu['serial']:.1f} / {cpu['pipelined']:.1f} | {busiest} |" +
+                  (f" {fps['pipelined-5ms']:.1f} |" if args.switch_ab else ""), flush=True)
 
 
 def read_frames_head(clip: Path, n: int) -> list[np.ndarray]:

@@ -443,10 +443,19 @@ def main() -> None:
                     help="first, the live A/B of the landmarker and the GIL switch interval")
     ap.add_argument("--models", default=None,
                     help="folder for the replicas (reused when there; default: a temporary one)")
+    ap.add_argument("--blocking-sync", action="store_true",
+                    help="CUDA waits on the host sleep instead of spinning "
+                         "(cudaDeviceScheduleBlockingSync, set before the context exists)")
     args = ap.parse_args()
     import tempfile
 
     import torch
+
+    if args.blocking_sync:
+        import ctypes
+
+        rc = ctypes.CDLL("libcudart.so.13").cudaSetDeviceFlags(0x04)
+        print(f"# cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) -> {rc}")
 
     from livefuse.bench import git_commit, machine
     from livefuse.testing.replica_landmark import build_landmark106_replica

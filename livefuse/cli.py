@@ -34,6 +34,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # before the engine and the source: a wrong output path costs no model load or detection
     check_run_paths(args.target, args.output, {"source": args.source,
                                                "reference": args.reference})
+    _refuse_video_options_on_image(args)
     video = video_options(args)
     config = choose_engine(args)
     engine = Engine(config)
@@ -54,6 +55,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_INCOMPLETE
     return 0
+
+
+def _refuse_video_options_on_image(args: argparse.Namespace) -> None:
+    """``--video-encoder``/``--video-decoder`` given for a still image would be accepted and do
+    nothing; they are refused instead.
+
+    Raises:
+        ConfigError: a video option was set and the target is not a video file.
+    """
+    from livefuse.errors import ConfigError
+    from livefuse.io.video import is_video_path
+
+    given = [f"--{name.replace('_', '-')} {value}"
+             for name, value in (("video_encoder", args.video_encoder),
+                                 ("video_decoder", args.video_decoder)) if value != "auto"]
+    if given and not is_video_path(args.target):
+        raise ConfigError(f"{', '.join(given)}: only for a video target; '{args.target}' is "
+                          "an image")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -39,6 +39,18 @@ def test_run_image(tmp_path: Path, astronaut_path: Path, t1_path: Path,
     assert load_image(out).bgr.shape == load_image(t1_path).bgr.shape
 
 
+@pytest.mark.parametrize("option", [["--video-encoder", "libx265"],
+                                    ["--video-decoder", "nvdec"]])
+def test_video_options_on_an_image_are_refused(tmp_path: Path, astronaut_path: Path,
+                                               t1_path: Path, option: list[str],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out.png"
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out, *option) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{' '.join(option)}: only for a video target" in err[0]
+    assert "t1.jpg' is an image" in err[0] and not out.exists()
+
+
 def test_run_keeps_target_alpha(tmp_path: Path, astronaut_path: Path, t1_path: Path) -> None:
     t1 = load_image(t1_path).bgr
     alpha = np.full(t1.shape[:2], 255, np.uint8)

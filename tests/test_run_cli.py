@@ -237,6 +237,8 @@ def test_video_audio_not_first_stream(tmp_path: Path, astronaut_path: Path,
         out_audio_packets = sum(1 for p in c.demux(audio=0) if p.dts is not None)
     assert out_audio_packets == in_audio_packets  # copied untouched, none lost
     assert len(read_frames(out)) == 12
+    with av.open(str(out)) as c:
+        assert [st.type for st in c.streams] == ["video", "audio"]  # the video first
 
 
 def test_broken_video_is_a_clear_error(tmp_path: Path, astronaut_path: Path,

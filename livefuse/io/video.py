@@ -606,10 +606,10 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
             dec = _Decoder(opened, s, span, decoder)
             w, h = dec.vin.codec_context.width, dec.vin.codec_context.height
             audio_map: dict[int, Any] = {}
-            if span is None:
+            enc = _Encoder(out, choice, dec, (w, h), audio_map, s, on_frame)
+            if span is None:  # after the video: players and editors expect it as stream 0
                 for a in inp.streams.audio:
                     audio_map[a.index] = out.add_stream_from_template(a)
-            enc = _Encoder(out, choice, dec, (w, h), audio_map, s, on_frame)
             if (enc.ow, enc.oh) != (w, h):
                 result.notes.append(
                     f"input is {w}x{h}; 4:2:0 video needs even sizes, so the output is "

@@ -350,6 +350,8 @@ def test_live_cli_serves_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     err = capsys.readouterr().err
     assert "[status] preset: One" in err and f"control API on http://127.0.0.1:{port}" in err
     assert "[status] control API: preset Two" in err
+    # both presets' faces were prepared before the stream started: the switch detects nothing
+    assert "preset One: ready" in err and "preset Two: ready" in err
     with pytest.raises(ConnectionRefusedError):  # closed with the session
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 

@@ -65,6 +65,17 @@ def _close(a: np.ndarray, b: np.ndarray, changed: np.ndarray, mean: float, p99: 
     assert d.mean() <= mean and np.percentile(d, 99) <= p99, (d.mean(), np.percentile(d, 99))
 
 
+def _within_regions(packet: object, frame: np.ndarray) -> None:
+    """Every pixel the engine changed lies in a region it reported (a video job re-encodes only
+    those and keeps the input's samples elsewhere)."""
+    out, regions = packet.output, packet.regions  # type: ignore[attr-defined]
+    changed = np.any(out != frame, axis=2)
+    covered = np.zeros_like(changed)
+    for x0, y0, x1, y1 in regions:
+        covered[y0:y1, x0:x1] = True
+    assert changed.any() and not (changed & ~covered).any()
+
+
 def test_device_path_equals_the_host_path_with_two_faces(paths: NeuralPaths) -> None:
     frame = _frame([(4, 4), (13, 11)])
     host = _engine(paths, "cpu").process(frame.copy())
@@ -79,6 +90,8 @@ def test_device_path_equals_the_host_path_with_two_faces(paths: NeuralPaths) -> 
     _close(dev.output, host.output, changed, 1.0, 4)
     untouched = ~changed & (np.abs(dev.output.astype(int) - frame).sum(2) == 0)
     assert untouched.sum() > 0.8 * (~changed).sum()  # only the pasted regions came back
+    _within_regions(host, frame)
+    _within_regions(dev, frame)
 
 
 def test_frames_staged_on_another_thread_give_the_same_output(paths: NeuralPaths) -> None:
@@ -124,7 +137,10 @@ def test_enhancer_on_the_device_with_the_cache(paths: NeuralPaths, tmp_path: Pat
     dev.enhancer = FaceEnhancer(enh_file, "torch", device="cuda", precision="fp32", blend=100,
                                 cuda_graph=True)
     a = host.process(frame.copy()).output
-    outs = [dev.process(frame.copy(), i).output for i in range(4)]
+    packets = [dev.process(frame.copy(), i) for i in range(4)]
+    for packet in packets:  # the enhancer's regions and the cache's re-warped hits too
+        _within_regions(packet, frame)
+    outs = [packet.output for packet in packets]
     assert a is not None and all(o is not None for o in outs)
     changed = np.abs(a.astype(int) - frame).sum(2) > 0
     for o in outs:  # a miss, two re-warped hits, a refresh: the same pixels

@@ -37,6 +37,8 @@ from livefuse.faces.selection import (
     choose_source_face,
     detect_robust,
     drop_weak,
+    embedding_distance,
+    same_person_limit,
     select_targets,
 )
 from livefuse.faces.smoothing import FaceSmoother
@@ -508,10 +510,7 @@ class Engine:
         chosen = {id(f) for f in (*targets, *small)}
         others = [f for f in faces if id(f) not in chosen]
         targets = landmarks_of(self.fitter, frame, targets)
-        packet.skipped += [SkippedFace(f.bbox, f"not selected (face selector '{cfg.face_selector}'"
-                                       + (f", target face index {cfg.target_face_index})"
-                                          if cfg.target_face_index is not None else ")"),
-                                       f.angle, f.score)
+        packet.skipped += [SkippedFace(f.bbox, self._not_selected(f), f.angle, f.score)
                            for f in others]
         packet.unswapped += others
         targets = self.tracker.commit(targets, detected)
@@ -588,6 +587,21 @@ class Engine:
             for done in (staged, given):
                 if done is not None and done.release is not None:
                     done.release()
+
+    def _not_selected(self, face: Face) -> str:
+        """Why a face found was left out by the face selector."""
+        cfg = self.config
+        if cfg.face_selector == "reference" and self._reference is not None and \
+                face.embedding is not None:
+            distance = embedding_distance(face.embedding, self._reference)
+            limit = same_person_limit(self._reference)
+            if distance > limit:
+                return (f"not the reference person (identity distance {distance:.2f}; the same "
+                        f"person is within {limit:.2f})")
+            return "not selected (another face is nearer the reference)"
+        return (f"not selected (face selector '{cfg.face_selector}'"
+                + (f", target face index {cfg.target_face_index})"
+                   if cfg.target_face_index is not None else ")"))
 
     def _staged_here(self, frame: StagedFrame) -> bool:
         """Whether ``frame`` has a device copy on this engine's device."""

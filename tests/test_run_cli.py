@@ -6,6 +6,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 import pytest
 
@@ -439,3 +440,27 @@ def test_an_output_folder_the_system_refuses_is_named_by_the_output(
     assert _run("-s", astronaut_path, "-t", t1_path, "-o", out) == 2
     err = capsys.readouterr().err
     assert f"'{out}': cannot write there" in err and ".part" not in err
+
+
+def test_a_reference_person_absent_from_the_target_swaps_nobody(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path, analyser,  # type: ignore[no-untyped-def]
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The nearest face is swapped only when it is the reference person: with a reference who
+    is not in the picture, the nearest stranger was swapped (exit 0)."""
+    out = tmp_path / "o.png"
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out, "--reference",
+                astronaut_path) == 2
+    text = capsys.readouterr()
+    assert "not the reference person (identity distance" in text.out + text.err
+    assert not out.exists()
+    # the same person, from another picture of them (a larger crop): that face, and only it
+    photo = load_image(t1_path).bgr
+    face = max(analyser.detect(photo), key=lambda f: f.area)
+    x0, y0, x1, y1 = (int(v) for v in face.bbox)
+    pad = (x1 - x0) // 2
+    crop = photo[max(0, y0 - pad):y1 + pad, max(0, x0 - pad):x1 + pad]
+    ref = tmp_path / "ref.png"
+    save_image(ref, np.ascontiguousarray(cv2.resize(crop, None, fx=1.5, fy=1.5)))
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out, "--reference", ref) == 0
+    text = capsys.readouterr()
+    assert "faces swapped:       1" in text.out

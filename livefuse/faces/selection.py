@@ -22,6 +22,22 @@ class Analyser(Protocol):
 
 _MIN_SIDE = 320  # px: small crops are upscaled to this before the retry
 
+SAME_PERSON_DISTANCE: dict[int, float] = {128: 0.6, 512: float(np.sqrt(2 * 0.6))}
+"""The largest Euclidean distance between two embeddings of one person, by embedding size.
+dlib's 128-d descriptor: 0.6, the threshold dlib gives for its face recognition model. ArcFace's
+L2-normalised 512-d embedding: a cosine distance of 0.6 (FaceFusion's default reference face
+distance), which is sqrt(2 * 0.6) = 1.10 between unit vectors. Other sizes have no limit."""
+
+
+def embedding_distance(a: FloatArray, b: FloatArray) -> float:
+    """Euclidean distance between two identity embeddings of the same kind."""
+    return float(np.linalg.norm(np.asarray(a, np.float32) - np.asarray(b, np.float32)))
+
+
+def same_person_limit(embedding: FloatArray) -> float:
+    """:data:`SAME_PERSON_DISTANCE` for this embedding's size (``inf`` when unknown)."""
+    return SAME_PERSON_DISTANCE.get(int(np.asarray(embedding).shape[-1]), float("inf"))
+
 
 def detect_robust(analyser: Analyser, image: Frame) -> list[Face]:
     """Detect faces in a still photo, retrying harder when the plain pass finds none.
@@ -288,7 +304,9 @@ def select_targets(faces: list[Face], selector: FaceSelector, index: int | None 
     Args:
         faces: detected faces, left to right.
         selector: ``one`` (the largest, or ``index`` counted left to right), ``many`` (all), or
-            ``reference`` (the face whose ``embedding`` is nearest to ``reference``).
+            ``reference`` (the face whose ``embedding`` is nearest to ``reference``, if it is
+            the same person: within :data:`SAME_PERSON_DISTANCE`; else none, so that a frame
+            without the reference person swaps nobody instead of someone else).
         index: face index for ``one``.
         reference: embedding of the reference face for ``reference``.
 
@@ -303,10 +321,12 @@ def select_targets(faces: list[Face], selector: FaceSelector, index: int | None 
     if selector == "reference":
         if reference is None:
             raise ValueError("face selector 'reference' needs a reference face")
-        with_emb = [(f, f.embedding) for f in faces if f.embedding is not None]
+        with_emb = [(f, embedding_distance(f.embedding, reference)) for f in faces
+                    if f.embedding is not None]
         if not with_emb:
             return []
-        return [min(with_emb, key=lambda fe: float(np.linalg.norm(fe[1] - reference)))[0]]
+        face, distance = min(with_emb, key=lambda fd: fd[1])
+        return [face] if distance <= same_person_limit(reference) else []
     if index is not None:
         if index >= len(faces):
             raise FaceIndexError(index, len(faces), path)

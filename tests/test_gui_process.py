@@ -61,7 +61,7 @@ def _read(stream: object, lines: queue.Queue[str], keep: list[str]) -> None:
 
 
 @posix_only
-@pytest.mark.parametrize(("sig", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)],
+@pytest.mark.parametrize(("sig", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
                          ids=["SIGINT", "SIGTERM"])
 def test_a_signal_quits_the_running_app_cleanly(tmp_path: Path, inputs: tuple[Path, Path],
                                                 sig: int, expected: int) -> None:

@@ -96,11 +96,11 @@ class QuitOnSignals:
 
     @property
     def exit_code(self) -> int | None:
-        """130 after SIGINT (the shell's code for Ctrl-C), 0 after SIGTERM (a requested, clean
-        quit), ``None`` without a signal."""
+        """128 + the signal, as the command line exits: 130 after SIGINT (Ctrl-C), 143 after
+        SIGTERM; ``None`` without a signal."""
         if self.received is None:
             return None
-        return 130 if self.received == signal.SIGINT else 0
+        return 128 + int(self.received)
 
     def uninstall(self) -> None:
         for sig, old in self._old.items():
@@ -123,8 +123,8 @@ def launch(config_path: Path | None = None, video: Path | None = None,
         start: press Start as soon as the source face is ready.
 
     Returns:
-        The exit code: the event loop's, 130 after SIGINT, 0 after SIGTERM, 2 without a
-        display.
+        The exit code: the event loop's, 130 after SIGINT, 143 after SIGTERM (as the command
+        line), 2 without a display.
     """
     import importlib.util
 

@@ -426,6 +426,9 @@ def host_rows(paths: NeuralPaths, n: int, warmup: int, profile: bool) -> None:
         print(f"\n# cProfile, {n} frames, detect every 3 + cache (tottime, top 25)\n```")
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         print("```")
+        print("\n# cProfile, the same frames (cumulative, top 45)\n```")
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
+        print("```")
 
 
 def main() -> None:

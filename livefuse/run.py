@@ -240,8 +240,10 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
     summary.notes = tuple(notes)
     summary.stats = result.stats
     if summary.faces_swapped == 0 and span is None:
+        why = f"; the faces found: {'; '.join(summary.skipped[:3])}" if summary.skipped else \
+            "; no face was found"
         raise NothingSwappedError(
-            f"no face was swapped in any of the {result.frames} frames of '{target}'; "
+            f"no face was swapped in any of the {result.frames} frames of '{target}'{why}; "
             "no output was kept")
     return summary
 

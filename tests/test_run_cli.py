@@ -464,3 +464,54 @@ def test_a_reference_person_absent_from_the_target_swaps_nobody(
     assert _run("-s", astronaut_path, "-t", t1_path, "-o", out, "--reference", ref) == 0
     text = capsys.readouterr()
     assert "faces swapped:       1" in text.out
+
+
+def _pcm_clip(path: Path, frames: list[np.ndarray]) -> Path:
+    """H.264 with PCM sound (what some cameras and screen recorders write into .mkv/.mov)."""
+    from livefuse.io.synthetic import write_tone
+
+    h, w = frames[0].shape[:2]
+    with av.open(str(path), "w") as out:
+        vs = out.add_stream("libx264", rate=30)
+        vs.width, vs.height, vs.pix_fmt = w, h, "yuv420p"
+        pcm = out.add_stream("pcm_s16le", rate=48000)
+        for i, f in enumerate(frames):
+            vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="bgr24")
+            vf.pts = i
+            for pkt in vs.encode(vf):
+                out.mux(pkt)
+        for pkt in vs.encode(None):
+            out.mux(pkt)
+        write_tone(out, pcm, len(frames) / 30)
+    return path
+
+
+def test_audio_an_mp4_cannot_hold_is_refused_before_the_frames(
+        tmp_path: Path, astronaut_path: Path, face_clip_frames: list[np.ndarray],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """PCM sound into an .mp4 failed only when the finished file was closed, with a traceback
+    (a new user's trial)."""
+    clip = _pcm_clip(tmp_path / "pcm.mkv", [f[:240, :320] for f in face_clip_frames])
+    out = tmp_path / "out.mp4"
+    assert _run("-s", astronaut_path, "-t", clip, "-o", out) == 2
+    said = capsys.readouterr()
+    err = said.err.strip().splitlines()
+    assert "its audio (pcm_s16le) cannot be copied into a .mp4 file" in err[-1]
+    assert "write a .mkv instead" in err[-1] and "Traceback" not in said.err
+    assert "frames:" not in said.out  # refused before the run, not after it
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if "part" in p.name]
+    assert _run("-s", astronaut_path, "-t", clip, "-o", tmp_path / "out.mkv") == 0
+    assert _audio_streams(tmp_path / "out.mkv") == ["pcm_s16le"]
+
+
+def test_a_video_with_nobody_swapped_says_why(tmp_path: Path, astronaut_path: Path,
+                                              face_clip_frames: list[np.ndarray],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """An image said which faces were skipped and why; a video said only that none was."""
+    clip = write_clip([f[:240, :320] for f in face_clip_frames], tmp_path / "c.mp4",
+                      audio=False)
+    out = tmp_path / "o.mp4"
+    assert _run("-s", astronaut_path, "-t", clip, "-o", out, "--reference", astronaut_path) == 2
+    err = capsys.readouterr().err
+    assert "no face was swapped in any of the 12 frames" in err
+    assert "not the reference person (identity distance" in err and not out.exists()

@@ -29,7 +29,13 @@ import av
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import IMAGE_SUFFIXES, is_image_path
 from livefuse.io.codecs import open_video
-from livefuse.io.video import OUTPUT_VIDEO_SUFFIXES, Span, is_video_path, part_path
+from livefuse.io.video import (
+    OUTPUT_VIDEO_SUFFIXES,
+    Span,
+    check_audio_fits,
+    is_video_path,
+    part_path,
+)
 
 ItemKind = Literal["image", "video"]
 WARMUP_S = 1.0
@@ -390,6 +396,9 @@ def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1) -> 
             units.append(Unit(item, item.output, frames=item.frames))
             continue
         try:
+            # audio the output cannot hold: one whole unit, refused at once with the reason,
+            # instead of every chunk's work lost at the join
+            check_audio_fits(item.input, item.output)
             index = key_index(item.input)
         except VideoError:
             index = None

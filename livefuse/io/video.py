@@ -13,8 +13,10 @@ interrupted run never leaves a half-written file under the final name and never 
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -596,13 +598,17 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
     result = TranscodeResult(encoder=choice.note or choice.name)
     opened = open_video(s, decoder)
     result.decoder = opened.note
+    if span is None and opened.container.streams.audio:
+        check_audio_fits(s, d)
     d.parent.mkdir(parents=True, exist_ok=True)
     tmp = part_path(d)
     vin = opened.container.streams.video[0]
     tb = Fraction(vin.time_base) if vin.time_base else Fraction(1, 1000)
     try:
-        with opened.container as inp, av.open(str(tmp), "w",
-                                              options=muxer_options(d, tb)) as out:
+        audio_hint = " (an audio codec the container cannot hold? try a .mkv output)" \
+            if opened.container.streams.audio and span is None else ""
+        with opened.container as inp, _output(tmp, muxer_options(d, tb), s, d,
+                                              audio_hint) as out:
             dec = _Decoder(opened, s, span, decoder)
             w, h = dec.vin.codec_context.width, dec.vin.codec_context.height
             audio_map: dict[int, Any] = {}
@@ -626,10 +632,8 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
                           cancel=cancel)
                 enc.flush()
             except av.error.FFmpegError as exc:
-                hint = " (an audio codec the container cannot hold? try a .mkv output)" \
-                    if audio_map else ""
                 raise VideoError(s, f"writing '{d.name}' failed after {enc.frames} frames: "
-                                    f"{plain_av_error(exc)}{hint}") from exc
+                                    f"{plain_av_error(exc)}{audio_hint}") from exc
             result.frames = enc.frames
             if span is None:
                 info_frames = int(dec.vin.frames or 0)
@@ -653,6 +657,56 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
     return result
 
 
+def check_audio_fits(src: Path, dst: Path) -> None:
+    """Refuse, before any frame is processed, audio that ``dst``'s container cannot hold (PCM
+    in an MP4): one packet of each audio stream is muxed into a scratch file of the same
+    suffix, where FFmpeg refuses it as it would at the end of the real run.
+
+    Raises:
+        VideoError: naming the codec and suggesting ``.mkv``.
+    """
+    with av.open(str(src)) as inp, tempfile.TemporaryDirectory() as tmp:
+        streams = list(inp.streams.audio)
+        try:
+            with av.open(str(Path(tmp) / f"probe{dst.suffix}"), "w") as out:
+                copies = {a.index: out.add_stream_from_template(a) for a in streams}
+                todo = set(copies)
+                for packet in inp.demux(*streams):
+                    if packet.dts is None or packet.stream.index not in todo:
+                        continue
+                    todo.discard(packet.stream.index)
+                    packet.stream = copies[packet.stream.index]
+                    out.mux(packet)
+                    if not todo:
+                        break
+        except av.error.FFmpegError as exc:
+            codecs = ", ".join(sorted({a.codec_context.name for a in streams}))
+            raise VideoError(src, f"its audio ({codecs}) cannot be copied into a "
+                                  f"{dst.suffix} file ({plain_av_error(exc)}); write a .mkv "
+                                  "instead") from exc
+
+
+@contextmanager
+def _output(tmp: Path, options: dict[str, str], src: Path, dst: Path,
+            hint: str) -> Iterator[Any]:
+    """The output container, closed at the end. Closing writes the trailer and can fail (an
+    audio codec MP4 cannot hold is refused there): that becomes a :class:`VideoError`; while
+    another error is on its way out, a failure to close is dropped so that error is the one
+    reported, not the muxer's."""
+    out = av.open(str(tmp), "w", options=options)
+    try:
+        yield out
+    except BaseException:
+        with suppress(av.error.FFmpegError):
+            out.close()
+        raise
+    try:
+        out.close()
+    except av.error.FFmpegError as exc:
+        raise VideoError(src, f"writing '{dst.name}' failed: {plain_av_error(exc)}{hint}") \
+            from exc
+
+
 def _set(item: _Item, value: Any) -> _Item:
     item.img = value
     return item
@@ -665,5 +719,6 @@ def read_frames(path: str | os.PathLike[str]) -> list[Frame]:
 
 
 __all__ = ["OUTPUT_VIDEO_SUFFIXES", "PART_INFIX", "VIDEO_SUFFIXES", "FrameProcessor", "Processed",
-           "Region", "Span", "TranscodeResult", "VideoInfo", "VideoOptions", "incomplete_reason",
-           "is_video_path", "muxer_options", "part_path", "probe", "read_frames", "transcode"]
+           "Region", "Span", "TranscodeResult", "VideoInfo", "VideoOptions", "check_audio_fits",
+           "incomplete_reason", "is_video_path", "muxer_options", "part_path", "probe",
+           "read_frames", "transcode"]

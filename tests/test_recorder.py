@@ -182,3 +182,20 @@ def test_a_folder_given_as_the_recording_is_called_a_folder(
     for given in (".", "clips.mp4"):
         with pytest.raises(VideoError, match="is a folder; give the recording a file name"):
             RecorderSink(given)
+
+
+def test_a_recording_says_how_its_colours_are_encoded(tmp_path: Path) -> None:
+    """Untagged, an HD recording is decoded by players as BT.709 while it was encoded as BT.601
+    (a new user's trial: a BT.709 input came out shifted)."""
+    bars = np.zeros((720, 1280, 3), np.uint8)
+    bars[:, :320], bars[:, 320:640], bars[:, 640:960] = (0, 0, 230), (0, 200, 0), (220, 0, 0)
+    bars[:, 960:] = (40, 180, 220)
+    with RecorderSink(tmp_path / "rec.mp4", fps=30) as rec:
+        for i in range(3):
+            rec.send(bars, i * 33_333_333)
+    with av.open(str(tmp_path / "rec.mp4")) as c:
+        ctx = c.streams.video[0].codec_context
+        assert (ctx.colorspace, ctx.color_range) == (6, 1)  # BT.601, limited
+        got = next(c.decode(video=0)).to_ndarray(format="bgr24").astype(int)
+    for x in (160, 480, 800, 1120):
+        assert np.abs(got[:, x] - bars[:, x].astype(int)).max() <= 4, x

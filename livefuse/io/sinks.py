@@ -373,6 +373,12 @@ class _AudioCopier:
         self._inp.close()
 
 
+RECORDING_COLORSPACE = 6
+"""FFmpeg's AVCOL_SPC_SMPTE170M: the BT.601 matrix, swscale's default for BGR -> yuv420p."""
+RECORDING_COLOR_RANGE = 1
+"""FFmpeg's AVCOL_RANGE_MPEG: limited range (16-235), swscale's default for yuv420p."""
+
+
 class RecorderSink(Sink):
     """Frames to a video file (H.264, PyAV), encoded on the sink's own thread, written to a temp
     name and renamed on close.
@@ -516,6 +522,11 @@ class RecorderSink(Sink):
         self._first, self._size = (w, h), (w + (w & 1), h + (h & 1))
         self._stream.width, self._stream.height = self._size
         self._stream.pix_fmt = "yuv420p"
+        # what PyAV's conversion of the BGR frames gives: BT.601 in limited range. Said in the
+        # file, so that a player does not take an HD recording for BT.709 (its default for
+        # untagged HD) and shift its colours
+        ctx = self._stream.codec_context
+        ctx.colorspace, ctx.color_range = RECORDING_COLORSPACE, RECORDING_COLOR_RANGE
         self._stream.options = {"crf": str(self.crf), "preset": "veryfast"}
         self._t0 = t_capture_ns
         if self._m0 is not None and self.clock is not None:

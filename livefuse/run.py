@@ -16,6 +16,7 @@ from livefuse.engine import Engine
 from livefuse.errors import LivefuseError
 from livefuse.imaging import (
     ALPHA_SUFFIXES,
+    IMAGE_SUFFIXES,
     flatten_onto_black,
     is_image_path,
     keep_straight_colour,
@@ -317,7 +318,7 @@ def check_run_paths(target: Path, output: Path,
     if is_image_path(target):
         if not is_image_path(output):
             raise LivefuseError(f"target '{target}' is an image, so the output '{output}' must be "
-                                "an image too (.png, .jpg, ...)")
+                                f"an image livefuse writes: {', '.join(sorted(IMAGE_SUFFIXES))}")
     elif is_video_path(target):
         if output.suffix.lower() not in OUTPUT_VIDEO_SUFFIXES:
             raise LivefuseError(f"target '{target}' is a video, so the output '{output}' must be "

@@ -364,8 +364,9 @@ def test_neural_engine_without_models_names_every_missing_file(
 
 
 @pytest.mark.parametrize(("target", "output", "says"), [
-    ("t1.jpg", "x.xyz", "is an image, so the output 'x.xyz' must be an image too"),
-    ("t1.jpg", "x.mp4", "is an image, so the output 'x.mp4' must be an image too"),
+    ("t1.jpg", "x.xyz", "is an image, so the output 'x.xyz' must be an image livefuse writes"),
+    ("t1.jpg", "x.mp4", "is an image, so the output 'x.mp4' must be an image livefuse writes"),
+    ("t1.jpg", "x.gif", "must be an image livefuse writes: .bmp, .jpeg, .jpg, .png, .tif"),
     ("clip.mp4", "x.jpg", "is a video, so the output 'x.jpg' must be .m4v, .mkv, .mov, .mp4"),
     ("clip.mp4", "x.webm", "is a video, so the output 'x.webm' must be"),
 ])

@@ -275,6 +275,20 @@ def test_one_bad_item_fails_alone_and_resume_skips_what_is_done(
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 
+def test_a_batch_where_every_item_fails_leaves_no_empty_folder(
+        mixed: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out" / "deeper"
+    opts = BatchOptions((str(mixed / "c.mp4"), str(mixed / "d.png")), out, executor="local")
+    summary = run_batch(opts, marking_engine, quiet=True)
+    assert summary.failed == 2
+    assert not (tmp_path / "out").exists()  # both folders it made, removed again
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    run_batch(BatchOptions((str(mixed / "d.png"),), kept, executor="local"), marking_engine,
+              quiet=True)
+    assert kept.is_dir()  # a folder that was there stays
+
+
 def test_without_ray_the_batch_runs_in_process_and_says_what_the_extra_adds(
         mixed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("livefuse.batch.executor.ray_available", lambda: False)

@@ -208,9 +208,9 @@ def _remove(paths: Sequence[Path]) -> None:
 
 
 def _missing_dirs(output_dir: Path, items: Sequence[Item]) -> list[Path]:
-    """The output folders (``output_dir`` and those under it the items write into) that do not
-    exist yet, deepest first: the run makes them."""
-    wanted = {output_dir, *(i.output.parent for i in items)}
+    """The output folders (``output_dir``, the folders above it and those under it the items
+    write into) that do not exist yet, deepest first: the run makes them."""
+    wanted = {output_dir, *(i.output.parent for i in items), *output_dir.parents}
     for d in list(wanted):
         wanted.update(p for p in d.parents if output_dir in p.parents)
     return sorted((d for d in wanted if not d.exists()), key=lambda d: -len(d.parts))
@@ -373,6 +373,7 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
         raise
     progress.close()
     pool.close()
+    _remove_empty(made)  # every item failed: no empty folder made for nothing
     summary.seconds = time.perf_counter() - t0
     summary.results += collector.results
     order = {i.input: k for k, i in enumerate([*plan.items, *plan.skipped])}

@@ -58,19 +58,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _refuse_video_options_on_image(args: argparse.Namespace) -> None:
-    """``--video-encoder``/``--video-decoder`` given for a still image would be accepted and do
+    """Options that act across frames (``--video-encoder``, ``--video-decoder``,
+    ``--detect-every``, ``--no-smooth``) given for a still image would be accepted and do
     nothing; they are refused instead.
 
     Raises:
-        ConfigError: a video option was set and the target is not a video file.
+        ConfigError: such an option was set and the target is not a video file.
     """
+    from livefuse.config import EngineConfig
     from livefuse.errors import ConfigError
     from livefuse.io.video import is_video_path
 
+    if is_video_path(args.target):
+        return
     given = [f"--{name.replace('_', '-')} {value}"
              for name, value in (("video_encoder", args.video_encoder),
                                  ("video_decoder", args.video_decoder)) if value != "auto"]
-    if given and not is_video_path(args.target):
+    if args.detect_every != EngineConfig().detect_every:
+        given.append(f"--detect-every {args.detect_every}")
+    if not args.smooth:
+        given.append("--no-smooth")
+    if given:
         raise ConfigError(f"{', '.join(given)}: only for a video target; '{args.target}' is "
                           "an image")
 

@@ -41,7 +41,8 @@ def test_run_image(tmp_path: Path, astronaut_path: Path, t1_path: Path,
 
 
 @pytest.mark.parametrize("option", [["--video-encoder", "libx265"],
-                                    ["--video-decoder", "nvdec"]])
+                                    ["--video-decoder", "nvdec"], ["--detect-every", "5"],
+                                    ["--no-smooth"]])
 def test_video_options_on_an_image_are_refused(tmp_path: Path, astronaut_path: Path,
                                                t1_path: Path, option: list[str],
                                                capsys: pytest.CaptureFixture[str]) -> None:

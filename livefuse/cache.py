@@ -26,6 +26,7 @@ from typing import Any
 
 import cv2
 import numpy as np
+import numpy.typing as npt
 
 from livefuse.config import CacheConfig
 from livefuse.faces import landmarks106 as L106
@@ -96,7 +97,8 @@ def _normalise(points: FloatArray, left_eye: FloatArray, right_eye: FloatArray) 
     return (p / radius).astype(np.float32)
 
 
-def _head_pose(points: FloatArray, size: tuple[int, int]) -> tuple[float, float, float]:
+def _head_pose(points: npt.NDArray[np.floating[Any]], size: tuple[int, int]
+               ) -> tuple[float, float, float]:
     """Yaw, pitch, roll (degrees) from the 6 image points of :data:`_MODEL_3D`, in its order."""
     w, h = size
     cam = np.array([[w, 0, w / 2], [0, w, h / 2], [0, 0, 1]], np.float64)
@@ -121,28 +123,58 @@ def _dist(a: FloatArray, b: FloatArray) -> float:
     return float(np.linalg.norm(a - b))
 
 
+# The 106-point regions the key reads openness from, and the head-pose points in _MODEL_3D's
+# order with the nose tip standing in as the first (its two points are averaged).
+_OPENNESS_106 = (L106.MOUTH, L106.EYE_A, L106.EYE_B)
+
+
 def _key_106(lm: FloatArray, kps: FloatArray, size: tuple[int, int], colour: FloatArray
              ) -> PoseKey:
     """The key from insightface's 106 landmarks: each region read as a point set, the
     image-left eye and mouth corner told apart by the detector's kps (see
-    :mod:`livefuse.faces.landmarks106`)."""
-    a, b = lm[L106.EYE_A].mean(0), lm[L106.EYE_B].mean(0)
-    a_left = _dist(a, kps[0]) + _dist(b, kps[1]) <= _dist(a, kps[1]) + _dist(b, kps[0])
+    :mod:`livefuse.faces.landmarks106`).
+
+    Written with few numpy calls (the key runs on every cached frame of the live loop, where
+    each call's overhead is host CPU the streamer's game does not get); the openness values
+    equal :func:`livefuse.faces.landmarks106.region_openness`'s."""
+    p = np.asarray(lm, np.float64)
+    k = np.asarray(kps, np.float64)
+    a, b = p[L106.EYE_A].mean(0), p[L106.EYE_B].mean(0)
+    (ax, ay), (bx, by) = a.tolist(), b.tolist()
+    (k0x, k0y), (k1x, k1y) = k[0].tolist(), k[1].tolist()
+    a_left = (math.hypot(ax - k0x, ay - k0y) + math.hypot(bx - k1x, by - k1y)
+              <= math.hypot(ax - k1x, ay - k1y) + math.hypot(bx - k0x, by - k0y))
     left, right = (a, b) if a_left else (b, a)
-    outer = [lm[i] for i in L106.EYE_OUTER]
-    if not a_left:
-        outer.reverse()
-    corners = [lm[i] for i in L106.MOUTH_CORNERS]
-    if _dist(corners[0], kps[3]) > _dist(corners[1], kps[3]):
-        corners.reverse()
-    nose = lm[list(L106.NOSE_TIP)].mean(0)
-    yaw, pitch, roll = _head_pose(np.stack([nose, lm[L106.CHIN], *outer, *corners]), size)
-    d = right - left
-    axis = d / (float(np.linalg.norm(d)) or 1.0)
-    mouth_open = L106.region_openness(lm[L106.MOUTH], axis)
-    eye_open = (L106.region_openness(lm[L106.EYE_A], axis)
-                + L106.region_openness(lm[L106.EYE_B], axis)) / 2
+    o0, o1 = L106.EYE_OUTER if a_left else L106.EYE_OUTER[::-1]
+    c0, c1 = L106.MOUTH_CORNERS
+    (c0x, c0y), (c1x, c1y) = p[c0].tolist(), p[c1].tolist()
+    (k3x, k3y) = k[3].tolist()
+    if math.hypot(c0x - k3x, c0y - k3y) > math.hypot(c1x - k3x, c1y - k3y):
+        c0, c1 = c1, c0
+    pose_points = p[[L106.NOSE_TIP[0], L106.CHIN, o0, o1, c0, c1]]
+    pose_points[0] = p[list(L106.NOSE_TIP)].mean(0)
+    yaw, pitch, roll = _head_pose(pose_points, size)
+    dx, dy = (right - left).tolist()
+    norm = math.hypot(dx, dy) or 1.0
+    ux, uy = dx / norm, dy / norm
+    # along the eye line and across it: each region's extents in one projection
+    proj = p @ np.array([[ux, -uy], [uy, ux]])
+    openness = []
+    for region in _OPENNESS_106:
+        r = proj[region]
+        width, height = (r.max(0) - r.min(0)).tolist()
+        openness.append(height / width if width > 0 else 0.0)
+    mouth_open, eye_open = openness[0], (openness[1] + openness[2]) / 2
     return PoseKey(_normalise(lm, left, right), yaw, pitch, roll, mouth_open, eye_open, colour)
+
+
+def _mean_colour(crop: Frame) -> FloatArray:
+    """``(3,) float32`` mean BGR of ``crop``, read on at most about 64 of its rows (a 1080p
+    close-up's box has ~500; the key's colour tolerance, :data:`COLOUR_SIGMA`, is 12 levels)."""
+    if not crop.size:
+        return np.zeros(3, np.float32)
+    step = max(1, crop.shape[0] // 64)
+    return np.array(cv2.mean(crop[::step])[:3], np.float32)
 
 
 def pose_key(frame: Frame, face: Face) -> PoseKey:
@@ -154,8 +186,7 @@ def pose_key(frame: Frame, face: Face) -> PoseKey:
     """
     h, w = frame.shape[:2]
     x0, y0, x1, y1 = (int(v) for v in np.clip(face.bbox, 0, [w, h, w, h]))
-    crop = frame[y0:y1, x0:x1]
-    colour = np.array(cv2.mean(crop)[:3] if crop.size else (0, 0, 0), np.float32)
+    colour = _mean_colour(frame[y0:y1, x0:x1])
     lm = face.landmarks
     lm106 = face.landmarks_106
     if lm is None and lm106 is not None and np.isfinite(lm106).all():

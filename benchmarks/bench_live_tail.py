@@ -351,12 +351,25 @@ def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
           f"{torch.cuda.max_memory_reserved() / 2**30:.2f} GiB")
 
 
+def _camera_frame(engine: Any, frame: np.ndarray, lend: bool) -> np.ndarray:
+    """The camera's next frame: written into a buffer the engine lends (pinned memory, which
+    its stage uploads without a copy), or into a fresh array of its own. Either way the write
+    is the camera's (its decoder's) work, made outside the measure. Trees from before
+    ``Engine.lend`` get their own array."""
+    buf = engine.lend(frame.shape) if lend and hasattr(engine, "lend") else None
+    if buf is None:
+        return frame.copy()
+    np.copyto(buf, frame)
+    return buf
+
+
 def _host_row(paths: NeuralPaths, cfg: EngineConfig, cache: CacheConfig,
-              frames: list[np.ndarray], n: int, warmup: int, landmarks: bool = True
-              ) -> tuple[float, float, float]:
+              frames: list[np.ndarray], n: int, warmup: int, landmarks: bool = True,
+              lend: bool = True) -> tuple[float, float, float, int]:
     """ms per frame (p50), the process's CPU ms per frame over ``stage`` + ``process`` (the
-    frame path's own host cost), and over ``stage`` alone. The harness's fresh copy of each
-    camera frame (a 6 MB memcpy, ~0.9 ms on the H200's host) is made outside the measure."""
+    frame path's own host cost), over ``stage`` alone, and how many frames the stage copied.
+    The camera's write of each frame (:func:`_camera_frame`, a 6 MB memcpy, ~0.9 ms on the
+    H200's host) is made outside the measure."""
     import statistics
 
     from bench_frame_path import build
@@ -365,10 +378,11 @@ def _host_row(paths: NeuralPaths, cfg: EngineConfig, cache: CacheConfig,
     if not landmarks:
         engine.landmarker = None
     times, cpu, cpu_stage = [], 0.0, 0.0
-    staged = engine.stage(frames[0].copy())
+    staged = engine.stage(_camera_frame(engine, frames[0], lend))
+    copies0 = getattr(engine.stager, "copies", 0)
     for i in range(warmup + n):
         scripted.index = i
-        fresh = frames[(i + 1) % len(frames)].copy()
+        fresh = _camera_frame(engine, frames[(i + 1) % len(frames)], lend)
         c0 = time.process_time()
         nxt = engine.stage(fresh)
         cs = time.process_time()
@@ -377,32 +391,40 @@ def _host_row(paths: NeuralPaths, cfg: EngineConfig, cache: CacheConfig,
         t2 = time.perf_counter()
         c1 = time.process_time()
         assert packet.swapped == 1
+        del fresh, packet  # a lent buffer is free again once nothing holds the frame
         if i >= warmup:
             times.append((t2 - t1) * 1e3)
             cpu += c1 - c0
             cpu_stage += cs - c0
         staged = nxt
-    return statistics.median(times), cpu * 1e3 / n, cpu_stage * 1e3 / n
+    copies = getattr(engine.stager, "copies", -1) - copies0
+    return statistics.median(times), cpu * 1e3 / n, cpu_stage * 1e3 / n, copies
 
 
 def host_rows(paths: NeuralPaths, n: int, warmup: int, profile: bool) -> None:
     """``Engine.process`` at 1080p with one face, frames staged one ahead and written in place
-    (as the live runner runs it): ms per frame and the host CPU per frame (:func:`_host_row`)."""
+    (as the live runner runs it): ms per frame and the host CPU per frame (:func:`_host_row`),
+    with the camera writing into lent pinned buffers (the live runner's capture) and, for
+    comparison, into arrays of its own."""
     print("\n# Engine.process, 1920x1080, 1 face, fp16 (staged one ahead, in place)\n")
-    print("| cache | detect every | ms/frame p50 | host CPU ms/frame (stage + process) | of it "
-          "stage (the frame into pinned memory, the upload) |")
-    print("|---|---:|---:|---:|---:|")
+    print("| cache | detect every | camera writes into | ms/frame p50 | host CPU ms/frame "
+          "(stage + process) | of it stage | frames the stage copied |")
+    print("|---|---:|---|---:|---:|---:|---:|")
     frames = frames_for(SIZE, 8)
-    for cache_on, every, landmarks in ((False, 1, True), (True, 3, True), (True, 3, False)):
+    rows = ((False, 1, True, True), (True, 3, True, True), (True, 3, True, False),
+            (False, 1, True, False), (True, 3, False, True))
+    for cache_on, every, landmarks, lend in rows:
         cfg = EngineConfig(engine="neural", backend="torch", precision="fp16", device="cuda",
                            face_selector="many", detect_every=every, smooth=False,
                            rotation="off")
-        ms, cpu, cpu_stage = _host_row(paths, cfg, CacheConfig(enabled=cache_on), frames, n,
-                                       warmup, landmarks)
+        ms, cpu, cpu_stage, copies = _host_row(paths, cfg, CacheConfig(enabled=cache_on),
+                                               frames, n, warmup, landmarks, lend)
         label = "on" if cache_on else "off"
         if cache_on and not landmarks:
             label += ", no 106-point landmarks (kps-only key)"
-        print(f"| {label} | {every} | {ms:.2f} | {cpu:.2f} | {cpu_stage:.2f} |", flush=True)
+        into = "a lent pinned buffer" if lend else "its own array"
+        print(f"| {label} | {every} | {into} | {ms:.2f} | {cpu:.2f} | {cpu_stage:.2f} | "
+              f"{copies} of {n + warmup} |", flush=True)
     if profile:
         import cProfile
         import pstats
@@ -412,21 +434,24 @@ def host_rows(paths: NeuralPaths, n: int, warmup: int, profile: bool) -> None:
         cfg = EngineConfig(engine="neural", backend="torch", precision="fp16", device="cuda",
                            face_selector="many", detect_every=3, smooth=False, rotation="off")
         engine, scripted = build(paths, cfg, CacheConfig(enabled=True), 1, SIZE)
-        staged = engine.stage(frames[0].copy())
+        staged = engine.stage(_camera_frame(engine, frames[0], True))
         for i in range(warmup):
             scripted.index = i
-            nxt = engine.stage(frames[(i + 1) % 8].copy())
+            nxt = engine.stage(_camera_frame(engine, frames[(i + 1) % 8], True))
             engine.process(staged, i, in_place=True)
             staged = nxt
         prof = cProfile.Profile()
-        prof.enable()
         for i in range(warmup, warmup + n):
             scripted.index = i
-            nxt = engine.stage(frames[(i + 1) % 8].copy())
+            fresh = _camera_frame(engine, frames[(i + 1) % 8], True)
+            prof.enable()
+            nxt = engine.stage(fresh)
             engine.process(staged, i, in_place=True)
+            prof.disable()
+            del fresh
             staged = nxt
-        prof.disable()
-        print(f"\n# cProfile, {n} frames, detect every 3 + cache (tottime, top 25)\n```")
+        print(f"\n# cProfile, {n} frames, detect every 3 + cache, lent buffers (tottime, top 25)"
+              "\n```")
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         print("```")
         print("\n# cProfile, the same frames (cumulative, top 45)\n```")

@@ -386,6 +386,12 @@ class Engine:
         self.smoother.reset()
 
     # -- the frame path -------------------------------------------------------------------------
+    def lend(self, shape: tuple[int, ...]) -> Frame | None:
+        """A ``shape`` ``uint8`` buffer for the capture to write its next frame into: on the
+        GPU path pinned memory that :meth:`stage` uploads without a copy; ``None`` on the host
+        path or when every such buffer is still in use (any thread)."""
+        return self.path.lend(shape)
+
     def stage(self, frame: Frame) -> StagedFrame:
         """``frame`` ready for :meth:`process`: on the GPU path uploaded once (any thread; the
         live session calls it on the capture thread), else just wrapped."""

@@ -59,6 +59,7 @@ class EngineLike(Protocol):
     def prepare_source(self, image: LoadedImage, face_index: int | None = None,
                        face: Face | None = None) -> PreparedSource: ...
     def use_source(self, prepared: PreparedSource) -> Face: ...
+    def lend(self, shape: tuple[int, ...]) -> Frame | None: ...
     def stage(self, frame: Frame) -> StagedFrame: ...
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
@@ -274,8 +275,17 @@ class LiveRunner:
         stage = self._stage
         slot.put((stage(frame) if stage is not None else StagedFrame(host=frame), t_ns))
 
+    def _lend(self, shape: tuple[int, ...]) -> Frame | None:
+        """The capture thread's buffer for its next frame: the engine's pinned memory on the
+        GPU path (its stage then skips a copy of the frame), none while it is rebuilt."""
+        engine = self._engine
+        if engine is None or self._stage is None:
+            return None
+        return engine.lend(shape)
+
     def _new_capture(self, source: Source, max_open_attempts: int | None) -> Capture:
-        return Capture(source, self._on_frame, self.status, max_open_attempts=max_open_attempts)
+        return Capture(source, self._on_frame, self.status, max_open_attempts=max_open_attempts,
+                       buffers=self._lend)
 
     def replace_source(self, source: Source, max_open_attempts: int | None = None,
                        timeout: float = 1.0) -> None:

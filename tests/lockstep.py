@@ -24,7 +24,7 @@ class LockstepSource:
         h, w = self.frames[0].shape[:2]
         return SourceInfo(w, h, 1000.0, "lockstep clip")
 
-    def read(self) -> Frame | None:
+    def read(self, out: Frame | None = None) -> Frame | None:
         self.turn.acquire(timeout=10)
         if self.current + 1 >= len(self.frames):
             raise EndOfStream

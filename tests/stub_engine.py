@@ -39,6 +39,9 @@ class PassEngine:
     def set_reference(self, image: LoadedImage) -> None:
         self.references.append(image)
 
+    def lend(self, shape: tuple[int, ...]) -> Frame | None:
+        return None
+
     def stage(self, frame: Frame) -> StagedFrame:
         return StagedFrame(host=frame)
 

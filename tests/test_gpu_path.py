@@ -116,6 +116,43 @@ def test_frames_staged_on_another_thread_give_the_same_output(paths: NeuralPaths
     assert eng.stager.fallbacks == 0  # type: ignore[union-attr]
 
 
+def test_frames_captured_into_lent_pinned_buffers_are_staged_without_a_copy(
+        paths: NeuralPaths) -> None:
+    """A capture thread writes each frame into a pinned buffer the engine lends, whose upload
+    is then asynchronous with no copy; a buffer is reused while frames keep coming, and every
+    output equals the one from the frame's own array."""
+    eng = _engine(paths, "cuda", precision="fp16")
+    stager = eng.stager
+    assert stager is not None
+    frames = [_frame([(4 + i % 3, 4)], seed=i) for i in range(12)]
+    direct = [eng.process(f.copy(), i).output for i, f in enumerate(frames)]
+    copies = stager.copies
+    handoff: queue.Queue[object] = queue.Queue(maxsize=1)
+
+    def capture() -> None:
+        for f in frames:
+            buf = eng.lend(f.shape)
+            assert buf is not None and buf.ctypes.data != f.ctypes.data
+            buf[:] = f  # the camera's own write
+            handoff.put(eng.stage(buf))
+
+    t = threading.Thread(target=capture)
+    t.start()
+    addresses = set()
+    for i in range(len(frames)):
+        staged = handoff.get(timeout=30)
+        addresses.add(staged.host.ctypes.data)  # type: ignore[attr-defined]
+        assert staged.device is not None and staged.device.is_cuda  # type: ignore[attr-defined]
+        out = eng.process(staged, i).output  # type: ignore[arg-type]
+        del staged
+        assert out is not None and direct[i] is not None
+        assert np.abs(out.astype(int) - direct[i].astype(int)).max() <= 1
+    t.join()
+    assert stager.copies == copies and stager.fallbacks == 0
+    assert stager.pool.lent == len(frames) and len(addresses) < len(frames)
+    assert stager.pool.owner(frames[0]) is None
+
+
 def test_pixel_boost_and_masks_on_the_device(paths: NeuralPaths) -> None:
     frame = _frame([(9, 9)])
     kw = dict(pixel_boost=256, face_mask_types=("box", "occlusion", "region"))

@@ -151,7 +151,7 @@ class _CountingSource(TestPatternSource):
         super().__init__(*args)
         self.produced = 0
 
-    def read(self) -> Frame | None:
+    def read(self, out: Frame | None = None) -> Frame | None:
         f = super().read()
         assert f is not None
         f[0, :4] = np.frombuffer(self.produced.to_bytes(12, "little"), np.uint8).reshape(4, 3)

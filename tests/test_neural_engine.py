@@ -186,3 +186,46 @@ def test_deferred_fp16_guard_redoes_a_bad_frame_in_fp32(paths: NeuralPaths, sour
     assert out.swapped == ref.swapped == 1
     assert out.output is not None and ref.output is not None
     np.testing.assert_array_equal(out.output, ref.output)
+
+
+def test_live_frames_are_captured_into_lent_buffers_and_staged_without_a_copy(
+        paths: NeuralPaths, source_path: Path) -> None:
+    """The live runner hands the capture the engine's buffers (pinned memory on CUDA) and the
+    stage then skips its copy of each frame; frames come out right although their buffers are
+    reused (the device path on CPU tensors here: the same code runs on CUDA)."""
+    import time
+
+    from livefuse.config import AppConfig
+    from livefuse.io.sinks import CallbackSink
+    from livefuse.io.sources import FramesSource
+    from livefuse.live import LiveRunner
+    from livefuse.swap.gpu_frame import TensorStager
+
+    cfg = EngineConfig(engine="neural", backend="torch", precision="fp32", device="cpu",
+                       smooth=False)
+    eng = cpu_device_path(Engine(cfg, components=build_neural(cfg, paths)))
+    eng.set_source(load_image(source_path))
+    stager = eng.path.stager
+    assert isinstance(stager, TensorStager)
+    frames = [_frame((10, 9), seed) for seed in (2, 3, 4)]
+    for i, f in enumerate(frames):
+        f[0, 0] = i  # which input an output came from
+    expected = {i: eng.process(f.copy()).output for i, f in enumerate(frames)}
+    copies = stager.copies  # the frames above were staged from their own arrays
+    outs: list[np.ndarray] = []
+    runner = LiveRunner(eng, FramesSource(frames, fps=200.0), [CallbackSink(
+        lambda f, t: outs.append(f.copy()))], AppConfig(engine=cfg, cache=CacheConfig(
+            enabled=False)), source_face=load_image(source_path))
+    runner.start()
+    deadline = time.monotonic() + 60
+    while len(outs) < 12 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert runner.stop(2.0)
+    assert len(outs) >= 12, runner.errors
+    assert stager.pool.lent >= len(outs)
+    # the first frame may come before the inference thread has taken the engine (unlent)
+    assert stager.copies - copies <= 1
+    for out in outs:
+        want = expected[int(out[0, 0, 0])]
+        assert want is not None
+        assert np.abs(out.astype(int) - want).max() <= 1

@@ -74,12 +74,16 @@ class Source(Protocol):
 
     ``live`` sources (cameras) pace themselves (``read`` blocks until the next frame). Other
     sources are paced by :class:`Capture` at ``info.fps``.
+
+    ``read(out)``: ``out``, when given, is a ``(height, width, 3) uint8`` array (a pinned
+    buffer the GPU path uploads without a copy, :meth:`livefuse.engine.Engine.lend`) that the
+    source may write the frame into and return; a source that cannot returns its own array.
     """
 
     live: bool
 
     def open(self) -> SourceInfo: ...
-    def read(self) -> Frame | None: ...
+    def read(self, out: Frame | None = None) -> Frame | None: ...
     def close(self) -> None: ...
 
 
@@ -183,8 +187,9 @@ class CameraSource:
             backend = "?"
         return SourceInfo(w, h, fps, f"camera {self.device} ({backend}) {fourcc.strip()}")
 
-    def read(self) -> Frame | None:
-        ok, frame = self._cap.read()
+    def read(self, out: Frame | None = None) -> Frame | None:
+        # OpenCV decodes into ``out`` when its size and type fit, else returns a new array
+        ok, frame = self._cap.read() if out is None else self._cap.read(out)
         return frame if ok and frame is not None else None
 
     def close(self) -> None:
@@ -250,8 +255,9 @@ class VideoFileSource:
             start = Fraction(0) if self._last_media is None else self._last_media + 1 / self._rate
             self._passes.append(start)
 
-    def read(self) -> Frame | None:
-        """The next frame ``(H, W, 3) uint8 BGR``.
+    def read(self, out: Frame | None = None) -> Frame | None:
+        """The next frame ``(H, W, 3) uint8 BGR`` (PyAV returns its own array: ``out`` is not
+        used).
 
         Raises:
             EndOfStream: the file ended (not looping); with a message when it ended before the
@@ -326,6 +332,14 @@ class VideoFileSource:
             self._container = None
 
 
+def _fresh(frame: Frame, out: Frame | None) -> Frame:
+    """A copy of ``frame``, in ``out`` when it has the same shape and dtype."""
+    if out is not None and out.shape == frame.shape and out.dtype == frame.dtype:
+        np.copyto(out, frame)
+        return out
+    return frame.copy()
+
+
 class ImageSource:
     """A still image repeated at ``fps`` (each read returns a fresh copy)."""
 
@@ -338,8 +352,8 @@ class ImageSource:
         h, w = self.image.shape[:2]
         return SourceInfo(w, h, self.fps, self.name)
 
-    def read(self) -> Frame | None:
-        return self.image.copy()
+    def read(self, out: Frame | None = None) -> Frame | None:
+        return _fresh(self.image, out)
 
     def close(self) -> None:
         pass
@@ -363,8 +377,8 @@ class FramesSource:
         h, w = self.frames[0].shape[:2]
         return SourceInfo(w, h, self.fps, self.name)
 
-    def read(self) -> Frame | None:
-        return next(self._it).copy()
+    def read(self, out: Frame | None = None) -> Frame | None:
+        return _fresh(next(self._it), out)
 
     def close(self) -> None:
         pass
@@ -387,9 +401,9 @@ class TestPatternSource:
     def open(self) -> SourceInfo:
         return SourceInfo(self.width, self.height, self.fps, "test pattern")
 
-    def read(self) -> Frame | None:
+    def read(self, out: Frame | None = None) -> Frame | None:
         n = next(self._n)
-        f = self._base.copy()
+        f = _fresh(self._base, out)
         s = max(self.height // 8, 4)
         x = (n * 4) % max(self.width - s, 1)
         f[self.height // 2 - s // 2:self.height // 2 + s // 2, x:x + s] = 255
@@ -419,6 +433,9 @@ class Capture:
         backoff_s: waits (s) between attempts, the last one repeating.
         clock: ``time.perf_counter_ns``-like clock (ns) that every frame time and every "time
             without frames" is read from (tests pass a scripted one).
+        buffers: gives an array of a ``(height, width, 3)`` shape for the next read to write
+            into (the engine's pinned buffers, :meth:`livefuse.engine.Engine.lend`), or
+            ``None``; called on the capture thread before each read.
 
     Call :meth:`watch` periodically from another thread (the live runner does, every frame and
     every 0.25 s): it reports a read that blocks, which the capture thread itself cannot.
@@ -428,7 +445,8 @@ class Capture:
                  on_status: Callable[[str], None] = lambda s: None,
                  lost_after_s: float = LOST_AFTER_S, max_open_attempts: int | None = None,
                  backoff_s: Sequence[float] = BACKOFF_S,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+                 clock: Callable[[], int] = time.perf_counter_ns,
+                 buffers: Callable[[tuple[int, ...]], Frame | None] | None = None) -> None:
         if max_open_attempts is not None and max_open_attempts < 1:
             raise ValueError(f"max_open_attempts must be >= 1 or None, not {max_open_attempts}")
         self.source, self.on_frame, self.on_status = source, on_frame, on_status
@@ -436,6 +454,7 @@ class Capture:
         self.max_open_attempts = max_open_attempts
         self.backoff_s = tuple(backoff_s) or (0.0,)
         self.clock = clock
+        self.buffers = buffers
         self.info: SourceInfo | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -552,8 +571,10 @@ class Capture:
                 if delay > 0 and self._sleep(delay):
                     return
                 next_due = max(next_due + period, time.perf_counter() - period)
+            out = (self.buffers((self.info.height, self.info.width, 3))
+                   if self.buffers is not None else None)
             try:
-                frame = self.source.read()
+                frame = self.source.read() if out is None else self.source.read(out)
             except EndOfStream as end:
                 self.ended = True
                 self.incomplete = str(end) or None

@@ -34,6 +34,11 @@ class FramePath(Protocol):
     warms: bool
     """Whether the engine sweeps its stages before a frame size's first frame (CUDA graphs)."""
 
+    def lend(self, shape: tuple[int, ...]) -> Frame | None:
+        """A buffer for the capture to write its next ``shape`` frame into, which
+        :meth:`stage` then uploads without a copy (pinned memory), or ``None``."""
+        ...
+
     def stage(self, frame: Frame) -> StagedFrame:
         """``frame`` ready for the engine (any one thread)."""
         ...
@@ -79,6 +84,9 @@ class HostPath:
 
     stager = None
     warms = False
+
+    def lend(self, shape: tuple[int, ...]) -> Frame | None:
+        return None  # nothing to upload: the capture's own array is as good
 
     def stage(self, frame: Frame) -> StagedFrame:
         return StagedFrame(host=frame)
@@ -130,6 +138,10 @@ class DevicePath:
         self.stager = stager
         self.cuda = self.stager.device.type == "cuda"
         self.warms = self.cuda
+
+    def lend(self, shape: tuple[int, ...]) -> Frame | None:
+        lent: Frame | None = self.stager.lend(shape)
+        return lent
 
     def stage(self, frame: Frame) -> StagedFrame:
         staged: StagedFrame = self.stager.stage(frame)

@@ -37,6 +37,7 @@ from livefuse.models.graph_cache import (
     ladder,
     make_graph_cache,
 )
+from livefuse.swap.host_pool import HostBufferPool
 from livefuse.swap.paste import Roi, patch_roi
 from livefuse.types import Affine, Frame, Patch, StagedFrame
 
@@ -292,6 +293,12 @@ def restore_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None], host: Frame)
         frame_t[y0:y1, x0:x1].copy_(upload(host[y0:y1, x0:x1], frame_t.device))
 
 
+def _pinned(shape: tuple[int, ...]) -> torch.Tensor:
+    import torch
+
+    return torch.empty(shape, dtype=torch.uint8, pin_memory=True)
+
+
 class _Slot:
     def __init__(self, shape: tuple[int, ...], device: torch.device) -> None:
         import torch
@@ -335,6 +342,8 @@ class FrameStager:
         self._stream: Any = None
         self.staged = 0
         self.fallbacks = 0
+        self.copies = 0
+        self.pool = HostBufferPool(_pinned, LEND_LIMIT)
         cache = graphs if graphs is not None else make_graph_cache(self.device, True, WORK_FRAMES)
         assert cache is not None
         self.graphs: GraphCache = cache
@@ -357,8 +366,15 @@ class FrameStager:
         with self._lock:
             slot.busy = False
 
+    def lend(self, shape: tuple[int, ...]) -> Frame | None:
+        """A pinned ``shape`` ``uint8`` array for the capture to write its next frame into
+        (:class:`~livefuse.swap.host_pool.HostBufferPool`), or ``None`` when each of the
+        :data:`LEND_LIMIT` buffers of that size is still held. Any thread."""
+        return self.pool.lend(shape)
+
     def stage(self, frame: Frame) -> StagedFrame:
-        """Copy ``frame`` ``(H, W, 3) uint8`` into a pinned buffer and start its upload.
+        """Start the upload of ``frame`` ``(H, W, 3) uint8``: straight from it when it is an
+        array :meth:`lend` handed out, else after a copy into a pinned buffer.
 
         Returns:
             A :class:`StagedFrame` whose ``device`` tensor is ready once its ``ready`` event has
@@ -374,12 +390,18 @@ class FrameStager:
                 np.ascontiguousarray(frame)).to(self.device))
         if self._stream is None:
             self._stream = torch.cuda.Stream(self.device)
-        np.copyto(slot.host_np, frame)
+        lent = self.pool.owner(frame)
+        if lent is None:
+            self.copies += 1
+            np.copyto(slot.host_np, frame)
+        src = slot.host if lent is None else lent.tensor
         with torch.cuda.stream(self._stream):
-            slot.device.copy_(slot.host, non_blocking=True)
+            slot.device.copy_(src, non_blocking=True)
             ready = torch.cuda.Event()
             ready.record(self._stream)
         slot.uploaded = ready
+        if lent is not None:
+            lent.uploaded = ready  # not lent again before the upload has read it
         done = threading.Event()
 
         def release() -> None:
@@ -433,11 +455,22 @@ class TensorStager:
                                                                    WORK_FRAMES)
         self.staged = 0
         self.fallbacks = 0
+        self.copies = 0
+        self.pool = HostBufferPool(
+            lambda shape: torch.empty(shape, dtype=torch.uint8), LEND_LIMIT)
+
+    def lend(self, shape: tuple[int, ...]) -> Frame | None:
+        """As :meth:`FrameStager.lend`, in plain host memory."""
+        return self.pool.lend(shape)
 
     def stage(self, frame: Frame) -> StagedFrame:
         import torch
 
         self.staged += 1
+        lent = self.pool.owner(frame)
+        if lent is not None:  # the device copy is the one copy, as on CUDA
+            return StagedFrame(host=frame, device=lent.tensor.to(self.device, copy=True))
+        self.copies += 1
         return StagedFrame(host=frame, device=torch.from_numpy(
             np.ascontiguousarray(frame).copy()).to(self.device))
 
@@ -446,10 +479,15 @@ class TensorStager:
             _to_work_frame(self.graphs, staged)
 
 
+LEND_LIMIT = 6
+"""Pinned buffers per frame size that :meth:`FrameStager.lend` hands out: one being captured,
+one in the latest-frame slot, one in the engine, and the sinks' (preview, virtual camera,
+recorder) hold on to a frame each for a while."""
+
 WORK_FRAMES = 4
 """Frame sizes whose static work frame and graphs a :class:`FrameStager` keeps."""
 
 
-__all__ = ["BOX_SIDES", "FrameStager", "TensorStager", "align_crops", "download_rois",
+__all__ = ["BOX_SIDES", "LEND_LIMIT", "FrameStager", "TensorStager", "align_crops", "download_rois",
            "fetch_rois", "frame_rgb", "paste_box", "paste_patches", "restore_rois", "upload",
            "write_rois"]

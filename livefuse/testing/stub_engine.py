@@ -34,6 +34,9 @@ class MarkingEngine:
         self.times_ns: list[int] = []
         self.indices: list[int] = []
 
+    def lend(self, shape: tuple[int, ...]) -> Frame | None:
+        return None
+
     def stage(self, frame: Frame) -> StagedFrame:
         return StagedFrame(host=frame)
 

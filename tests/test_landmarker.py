@@ -277,6 +277,35 @@ def test_the_torch_crops_are_warp_affines_of_the_frame(
     assert only_gone.shape == (1, 3, 192, 192) and not only_gone.any()
 
 
+def test_the_crops_replay_as_a_graph_of_the_staged_frame(
+        replica: Path, photo_faces: tuple[np.ndarray, list[Face]]) -> None:
+    """On a staged frame with its size's graph-cache entry (the live path), the crops of the
+    whole frame run as one graph of that entry, replayed for other faces and other frames:
+    the same crops, and the same landmarks, as the eager crops of the region they read (the CPU
+    stand-in re-runs the captured call on its static buffers, so a stale input shows)."""
+    from livefuse.swap.gpu_frame import TensorStager
+
+    img, faces = photo_faces
+    stager = TensorStager("cpu")
+    lm = TorchLandmarker(replica)
+    eager = TorchLandmarker(replica)
+    gone = Face(bbox=np.array([-400, -400, -300, -300], np.float32), kps=faces[0].kps)
+    for frame, batch in ((img, faces[:2]), (img[:, ::-1].copy(), faces[1:3]),
+                         (img, [faces[2], gone])):
+        staged = stager.stage(frame)
+        stager.wait(staged)
+        owner = staged.graphs
+        assert owner is not None
+        affines = np.stack([crop_affine(f.bbox) for f in batch])
+        got = lm.crops(staged.device, affines, owner).numpy()
+        ref = eager.crops(torch.from_numpy(frame), affines).numpy()
+        assert np.abs(got - ref).max() <= 1.0 and np.abs(got - ref).mean() < 1e-3
+        pts = np.stack([f.landmarks_106 for f in lm.landmarks(staged, batch)])  # type: ignore[misc]
+        want = np.stack([f.landmarks_106 for f in eager.landmarks(frame, batch)])  # type: ignore[misc]
+        assert np.abs(pts - want).max() < 1e-2
+    assert ("landmark crops", 2, 192) in owner.graphs
+
+
 def test_non_finite_landmarks_fall_back_to_fp32(replica: Path,
                                                 photo_faces: tuple[np.ndarray, list[Face]]
                                                 ) -> None:

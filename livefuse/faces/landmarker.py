@@ -39,7 +39,7 @@ from livefuse.faces.landmarks106 import COUNT
 from livefuse.types import Face, StagedFrame
 
 if TYPE_CHECKING:
-    from livefuse.models.graph_cache import GraphCache
+    from livefuse.models.graph_cache import GraphCache, Owner
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,22 @@ def crop_theta(affines: npt.NDArray[np.float64], region: tuple[int, int, int, in
         inv = np.vstack([cv2.invertAffineTransform(m), [0.0, 0.0, 1.0]])
         theta[i] = (region_norm @ inv @ out_px)[:2]
     return theta
+
+
+def _crops_t(frame_t: Any, theta: Any, size: int, mean: float, std: float) -> Any:
+    """Graph-capturable crops: ``theta`` ``(N, 2, 3) float32`` from :func:`crop_theta` for the
+    part of the frame ``frame_t`` is (``(H, W, 3) uint8 BGR``) → ``(N, 3, size, size) float32``
+    RGB, whole levels, normalised by ``mean`` and ``std``."""
+    import torch.nn.functional as F
+
+    n = int(theta.shape[0])
+    img = frame_t.permute(2, 0, 1).flip(0)[None].float()  # RGB
+    grid = F.affine_grid(theta, [n, 3, size, size], align_corners=False)
+    crops = F.grid_sample(img.expand(n, -1, -1, -1), grid, mode="bilinear",
+                          padding_mode="zeros", align_corners=False).round_()
+    if (mean, std) != (0.0, 1.0):
+        crops = (crops - mean) / std
+    return crops
 
 
 def decode(pred: npt.ArrayLike, affines: npt.NDArray[np.float64],
@@ -242,36 +258,37 @@ class TorchLandmarker:
             return frame.device
         return torch.from_numpy(np.ascontiguousarray(host_frame(frame))).to(self.device)
 
-    def crops(self, frame_t: Any, affines: npt.NDArray[np.float64]) -> Any:
+    def crops(self, frame_t: Any, affines: npt.NDArray[np.float64],
+              graphs: Owner | None = None) -> Any:
         """The network's input for the crops of ``affines`` ``(N, 2, 3)`` (frame px → crop px)
         of ``frame_t`` (``(H, W, 3) uint8 BGR`` on the device): ``(N, 3, S, S) float32`` RGB,
         whole levels (as ``cv2.warpAffine`` writes), zeros outside the frame, normalised.
 
-        Only the region the crops read is turned to floats, and the grid's matrices are made on
-        the host: a handful of kernel launches, where each launch costs the host ~10 µs on every
-        frame the cache serves."""
+        With ``graphs`` (the frame size's owner, which holds ``frame_t``, its static work
+        frame) the crops replay as one CUDA graph over the whole frame, with the matrices as its
+        one upload: the eager form costs ~0.7 ms of host CPU a frame in kernel launches
+        (cProfile on the H200, docs/BENCHMARKS.md §12.4), on every frame the cache serves.
+        Without, only the region the crops read is turned to floats."""
         import torch
-        import torch.nn.functional as F
 
         n, s = len(affines), self.input_size
         h, w = int(frame_t.shape[0]), int(frame_t.shape[1])
+        mean, std = self.input_mean, self.input_std
+        if graphs is not None:
+            key = ("landmark crops", n, s)
+            theta_t = graphs.params(key, crop_theta(affines, (0, 0, w, h), s))
+            return graphs.run(key, lambda f, t: (_crops_t(f, t, s, mean, std),),
+                              (frame_t, theta_t))[0]
         region = crop_region(affines, (w, h), s)
         if region is None:
-            return torch.full((n, 3, s, s), -self.input_mean / self.input_std,
-                              device=frame_t.device)
+            return torch.full((n, 3, s, s), -mean / std, device=frame_t.device)
         x0, y0, x1, y1 = region
         theta = torch.from_numpy(crop_theta(affines, region, s))
         if frame_t.device.type == "cuda":
             # a pageable upload waits for all the frame's queued work: this one does not
             theta = theta.pin_memory()
         theta = theta.to(frame_t.device, non_blocking=True)
-        img = frame_t[y0:y1, x0:x1].permute(2, 0, 1).flip(0)[None].float()  # RGB
-        grid = F.affine_grid(theta, [n, 3, s, s], align_corners=False)
-        crops = F.grid_sample(img.expand(n, -1, -1, -1), grid, mode="bilinear",
-                              padding_mode="zeros", align_corners=False).round_()
-        if (self.input_mean, self.input_std) != (0.0, 1.0):
-            crops = (crops - self.input_mean) / self.input_std
-        return crops
+        return _crops_t(frame_t[y0:y1, x0:x1], theta, s, mean, std)
 
     def landmarks(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face]:
         import torch
@@ -279,8 +296,9 @@ class TorchLandmarker:
         if not faces:
             return []
         affines = np.stack([crop_affine(f.bbox, self.input_size) for f in faces])
+        graphs = frame.graphs if isinstance(frame, StagedFrame) else None
         with torch.inference_mode():
-            x = self.crops(self._frame_tensor(frame), affines)
+            x = self.crops(self._frame_tensor(frame), affines, graphs)
             # one wait for the device a frame: the guard's verdict rides on the read-back (its
             # own check would be a second); a non-finite reduced-precision output is computed
             # again in fp32, and the runner stays in fp32 (as the swapper does)

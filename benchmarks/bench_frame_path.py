@@ -68,6 +68,10 @@ class ScriptedAnalyser:
     def embed(self, frame: Frame, face: Face) -> Any:
         return self.inner.embed(frame, face)
 
+    def reset(self) -> None:
+        if hasattr(self.inner, "reset"):  # trees from before Analyser.reset (--tree A/B)
+            self.inner.reset()
+
 
 def script(size: tuple[int, int], n_faces: int) -> Any:
     """Faces ~ 18 % of the frame height (a webcam close-up at 1 face), on a 2x2 grid for 4,

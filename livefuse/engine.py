@@ -381,9 +381,11 @@ class Engine:
         self.reset_tracking()
 
     def reset_tracking(self) -> None:
-        """Forget tracked faces (a new video, a new source); the next frame runs detection."""
+        """Forget tracked faces and the analyser's per-stream state (a new video, a new
+        source); the next frame runs detection, as it would in a fresh process."""
         self.tracker.reset()
         self.smoother.reset()
+        self.analyser.reset()
 
     # -- the frame path -------------------------------------------------------------------------
     def lend(self, shape: tuple[int, ...]) -> Frame | None:

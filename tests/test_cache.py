@@ -163,6 +163,9 @@ class _StubAnalyser:
     def embed(self, frame: np.ndarray, face: Face) -> np.ndarray:
         return np.zeros(128, np.float32)
 
+    def reset(self) -> None:
+        pass
+
 
 def _box(x: float, size: float) -> Face:
     return Face(bbox=np.array([x, 50, x + size, 50 + size], np.float32),

@@ -188,3 +188,35 @@ def test_a_stream_runs_the_wide_scan_every_nth_detection_and_when_the_fast_pass_
     limits.clear()
     assert analyser.detect(np.full((480, 640, 3), 90, np.uint8), 0) == []
     assert limits == [FAST_INPUT, WIDE_INPUT]
+
+
+def test_each_stream_counts_the_wide_scan_cadence_from_its_own_first_detection(
+        t1_bgr: Frame, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch runs item after item on one engine: with the cadence counted across items, which
+    frames of a video got the wide scan (and so which small or rolled faces were found) depended
+    on the items before it. A new stream (``Engine.reset_tracking``, which ``run`` calls for
+    each video) starts it again."""
+    from livefuse.config import EngineConfig
+    from livefuse.engine import Engine
+
+    analyser = DlibFaceAnalyser(wide_every=3, landmarks_on_detect=False)
+    assert analyser._centerface is not None
+    real = analyser._centerface.detect
+    limits: list[tuple[int, int]] = []
+
+    def counted(frame: Frame, limit: tuple[int, int]):  # type: ignore[no-untyped-def]
+        limits.append(limit)
+        return real(frame, limit)
+
+    monkeypatch.setattr(analyser._centerface, "detect", counted)
+    engine = Engine(EngineConfig(), analyser=analyser)
+    runs = []
+    for earlier in (0, 1, 2):
+        for _ in range(earlier):  # an earlier item's detections
+            analyser.detect(t1_bgr, 0)
+        engine.reset_tracking()
+        limits.clear()
+        for _ in range(3):
+            analyser.detect(t1_bgr, 0)
+        runs.append(list(limits))
+    assert runs == [[FAST_INPUT, FAST_INPUT, WIDE_INPUT]] * 3

@@ -216,6 +216,9 @@ class _Scripted:
     def embed(self, frame, face):  # type: ignore[no-untyped-def]
         return self.inner.embed(frame, face)  # type: ignore[attr-defined]
 
+    def reset(self) -> None:
+        self.inner.reset()  # type: ignore[attr-defined]
+
 
 def _scripted_face(cx: float, cy: float, height: float) -> object:
     from livefuse.testing.synthetic import face_kps

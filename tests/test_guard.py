@@ -215,11 +215,11 @@ def clip() -> GuardClip:
 
 @pytest.fixture
 def analyser() -> Any:
-    """A fresh classic analyser for each clip run, in place of the session's shared one: its
-    wide scan runs every :data:`~livefuse.faces.dlib_analyser.WIDE_EVERY` detections, counted
-    over every detection earlier tests made, so with the shared one the frames that get the
-    wide scan (and with them whether the turned face is found) depended on the test order (a
-    full CI run found one turned frame more than a run of this file)."""
+    """A fresh classic analyser for each clip run, in place of the session's shared one. Its
+    wide scan runs every :data:`~livefuse.faces.dlib_analyser.WIDE_EVERY` detections; before
+    ``Analyser.reset`` the count ran over every detection earlier tests made, and a full CI run
+    found one turned frame more than a run of this file. A stream now starts the count afresh;
+    a fresh analyser keeps the clip runs independent of anything else the shared one holds."""
     pytest.importorskip("dlib")
     from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 

@@ -70,6 +70,9 @@ class _Counting:
     def embed(self, frame: Any, face: Any) -> Any:
         return self.inner.embed(frame, face)
 
+    def reset(self) -> None:
+        self.inner.reset()
+
 
 def _session(store: PresetStore, analyser: Any, source: Source, on_frame: Any) -> Session:
     cfg = AppConfig(capture=CaptureConfig(kind="test pattern", width=640, height=480))

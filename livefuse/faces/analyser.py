@@ -37,6 +37,11 @@ class Analyser(Protocol):
         """Identity embedding of ``face`` (dlib ``(128,)``, ArcFace ``(512,)``, float32)."""
         ...
 
+    def reset(self) -> None:
+        """Forget per-stream state (a new video or source starts): what the analyser finds in a
+        stream then does not depend on what it saw before (e.g. a batch's earlier items)."""
+        ...
+
 
 class Landmarker(Protocol):
     """Adds landmarks to faces already found: the classic analyser's 68 points, deferred until

@@ -272,6 +272,11 @@ class DlibFaceAnalyser:
         return [self._face(gray, b, float(s), kps=k)
                 for b, k, s in zip(found.boxes, found.kps, found.scores, strict=True)]
 
+    def reset(self) -> None:
+        """The wide-scan cadence starts again: a video's every :data:`WIDE_EVERY`-th detection
+        counts from its own first frame."""
+        self._calls = 0
+
     def landmarks(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face]:
         """``faces`` with dlib's 68 landmarks fitted where they have none (on a crop levelled
         from their kps), and kps, HOG-like box and appearance template taken from those

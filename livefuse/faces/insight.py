@@ -139,6 +139,9 @@ class InsightAnalyser:
         faces.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
         return faces
 
+    def reset(self) -> None:
+        pass  # no per-stream state
+
     def track(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face | None]:
         """Carry faces between full detections by detecting in a region around each one.
 

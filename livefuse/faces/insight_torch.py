@@ -78,6 +78,9 @@ class TorchInsightAnalyser:
         faces.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
         return faces
 
+    def reset(self) -> None:
+        pass  # no per-stream state
+
     def track(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face | None]:
         """Each face found again in a region around its last bbox (``TRACK_CONTEXT`` times its
         size, at the full pass's scale); ``None`` where the region holds no face overlapping the

@@ -177,6 +177,9 @@ class DropoutAnalyser:
     def embed(self, frame: Frame, face: Face) -> FloatArray:
         return self.inner.embed(frame, face)
 
+    def reset(self) -> None:
+        self.inner.reset()
+
 
 __all__ = ["DROPOUTS", "FRAMES", "SAME_LEVELS", "UNALTERED_FRACTION", "DropoutAnalyser",
            "GuardClip", "frame_number", "guard_clip", "same_fraction", "unaltered_faces"]

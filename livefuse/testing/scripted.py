@@ -41,6 +41,9 @@ class ScriptedFaces:
     def embed(self, frame: Frame, face: Face) -> FloatArray:
         return self._emb.copy()
 
+    def reset(self) -> None:
+        pass
+
 
 class ScriptedLandmarker:
     """Gives each face the 106 landmarks ``points_at(index)[i]`` (faces in order), or with

@@ -26,6 +26,8 @@ def umeyama(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """Least-squares similarity (rotation, uniform scale, translation; no reflection) taking
     ``src`` ``(N, d)`` to ``dst``, as a ``(d+1, d+1)`` matrix (Umeyama, IEEE TPAMI 13(4), 1991)."""
     n, d = src.shape
+    if d == 2:
+        return _similarity_2d(src, dst)
     mu_s, mu_d = src.mean(0), dst.mean(0)
     s0, d0 = src - mu_s, dst - mu_d
     cov = d0.T @ s0 / n
@@ -39,6 +41,29 @@ def umeyama(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     t = np.eye(d + 1)
     t[:d, :d] = scale * r
     t[:d, d] = mu_d - scale * (r @ mu_s)
+    return t
+
+
+def _similarity_2d(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """:func:`umeyama` in the plane, in closed form: with the points as complex numbers the
+    least-squares ``scale · rotation`` is ``Σ conj(s)·d / Σ |s|²`` of the centred points (the
+    same minimiser; no SVD: this runs for every face of every frame)."""
+    s = np.asarray(src, np.float64)
+    d = np.asarray(dst, np.float64)
+    ms = s.sum(0) / len(s)
+    md = d.sum(0) / len(d)
+    sx, sy = (s - ms).T
+    dx, dy = (d - md).T
+    var = float(sx @ sx + sy @ sy)
+    if var > 0:
+        a = float(sx @ dx + sy @ dy) / var
+        b = float(sx @ dy - sy @ dx) / var
+    else:
+        a, b = 1.0, 0.0
+    t = np.eye(3)
+    t[0, 0], t[0, 1], t[1, 0], t[1, 1] = a, -b, b, a
+    t[0, 2] = md[0] - (a * ms[0] - b * ms[1])
+    t[1, 2] = md[1] - (b * ms[0] + a * ms[1])
     return t
 
 

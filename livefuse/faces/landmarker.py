@@ -299,11 +299,13 @@ class TorchLandmarker:
         graphs = frame.graphs if isinstance(frame, StagedFrame) else None
         with torch.inference_mode():
             x = self.crops(self._frame_tensor(frame), affines, graphs)
-            # one wait for the device a frame: the guard's verdict rides on the read-back (its
-            # own check would be a second); a non-finite reduced-precision output is computed
-            # again in fp32, and the runner stays in fp32 (as the swapper does)
-            pred = self.runner.run_tensors(x, deferred=True)[0].cpu().numpy()
-            if not self.runner.verify():
+            # one wait for the device a frame: the guard checks the points on the host, where
+            # they come anyway (a check on the device would be more launches and a second
+            # read-back); a non-finite reduced-precision output is computed again in fp32, and
+            # the runner stays in fp32 (as the swapper does)
+            pred = self.runner.run_tensors(x, read_by_caller=True)[0].cpu().numpy()
+            if self.runner.guarded and not np.isfinite(pred).all():
+                self.runner.reject()
                 pred = self.runner.run_tensors(x)[0].cpu().numpy()
         return _with_landmarks(faces, decode(pred, affines, self.input_size))
 

@@ -285,7 +285,8 @@ class TorchGraph:
             self._given_graphs.clear()  # its graphs ran the low-precision module
         self._load(mod, "fp32", self._given_graphs)
 
-    def run_tensors(self, *inputs: Any, deferred: bool = False) -> list[Any]:
+    def run_tensors(self, *inputs: Any, deferred: bool = False,
+                    read_by_caller: bool = False) -> list[Any]:
         """Tensors (any device, any float dtype) → the graph's outputs, float32 on the device.
 
         The first input's axis 0 is the batch; larger batches than :attr:`max_batch` run in
@@ -296,9 +297,12 @@ class TorchGraph:
             deferred: (a low precision) do not wait for the guard's verdict: the caller calls
                 :meth:`verify` after its next synchronisation and redoes the work if it says so.
                 Otherwise a non-finite output is computed again in fp32 here (one host sync).
+            read_by_caller: (a low precision) the caller brings the outputs to the host anyway:
+                it checks them there and calls :meth:`reject` on a non-finite one (no reduction
+                on the device, no second read-back).
         """
         outs = self._run_all(inputs)
-        if not self.guarded:
+        if not self.guarded or read_by_caller:
             return outs
         if deferred:
             self._defer(outs)
@@ -322,6 +326,12 @@ class TorchGraph:
         self._pending.append((host, done))
         if len(self._pending) > 16:  # nobody verifies: judge the oldest now rather than grow
             self.verify()
+
+    def reject(self, reason: str = "non-finite") -> None:
+        """The caller found an output of a ``read_by_caller`` run bad: fall back to fp32 (the
+        work must be done again). Nothing when already in fp32."""
+        if self.guarded:
+            self._latch(reason)
 
     def verify(self) -> bool:
         """The verdict on the deferred outputs since the last call: ``True`` when all were

@@ -297,9 +297,10 @@ class TorchGraph:
             deferred: (a low precision) do not wait for the guard's verdict: the caller calls
                 :meth:`verify` after its next synchronisation and redoes the work if it says so.
                 Otherwise a non-finite output is computed again in fp32 here (one host sync).
-            read_by_caller: (a low precision) the caller brings the outputs to the host anyway:
-                it checks them there and calls :meth:`reject` on a non-finite one (no reduction
-                on the device, no second read-back).
+            read_by_caller: (a low precision) the caller brings the outputs to the host anyway
+                and checks them there: on a non-finite one it runs the inputs again without
+                this flag, which latches fp32 (no reduction on the device, no second read-back
+                on every good run).
         """
         outs = self._run_all(inputs)
         if not self.guarded or read_by_caller:
@@ -326,12 +327,6 @@ class TorchGraph:
         self._pending.append((host, done))
         if len(self._pending) > 16:  # nobody verifies: judge the oldest now rather than grow
             self.verify()
-
-    def reject(self, reason: str = "non-finite") -> None:
-        """The caller found an output of a ``read_by_caller`` run bad: fall back to fp32 (the
-        work must be done again). Nothing when already in fp32."""
-        if self.guarded:
-            self._latch(reason)
 
     def verify(self) -> bool:
         """The verdict on the deferred outputs since the last call: ``True`` when all were

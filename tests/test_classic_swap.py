@@ -213,6 +213,22 @@ def test_grey_sources_take_the_target_skin_colour(name: str, grey_sources, analy
     assert check.outside_faces(t1, out) < 0.01
 
 
+def test_a_black_and_white_target_stays_black_and_white(analyser, astronaut_path: Path,  # type: ignore[no-untyped-def]
+                                                      t1_bgr: np.ndarray) -> None:
+    """A new user's trial: the colour astronaut on a black-and-white t1.jpg gave pink lips and
+    blue eye whites (4,775 px with chroma up to 19) in a grey picture. The source's own colour
+    is carried only as far as the target face has colour of its own."""
+    grey = cv2.cvtColor(cv2.cvtColor(t1_bgr, cv2.COLOR_BGR2GRAY), cv2.COLOR_GRAY2BGR)
+    engine = Engine(EngineConfig(face_selector="many"), analyser=analyser)
+    engine.set_source(load_image(astronaut_path))
+    packet = engine.process(grey, strict=True)
+    assert packet.swapped == 6 and packet.output is not None
+    lab = cv2.cvtColor(packet.output, cv2.COLOR_BGR2LAB).astype(np.float32) - 128
+    chroma = np.hypot(lab[..., 1], lab[..., 2])
+    assert chroma.max() <= 3.0, chroma.max()  # 8-bit LAB rounding of grey
+    assert np.abs(packet.output.astype(int) - grey).max() > 40  # swapped, not left alone
+
+
 def test_seamless_blend_still_swaps(analyser, astronaut_bgr, t1_path: Path) -> None:  # type: ignore[no-untyped-def]
     swapper = ClassicSwapper(EngineConfig(blend="seamless"))
     source = swapper.prepare(astronaut_bgr, max(analyser.detect(astronaut_bgr),

@@ -59,6 +59,11 @@ _CURVE_SAMPLES = 4096  # skin pixels read for the curve
 _DEEPEN = 0.5  # how far a pixel the swap makes darker follows the curve (1 overshoots: 1.07 chroma)
 _PALE = 0.1  # ... and one it makes lighter (more leaves pale patches beside the target's lips)
 _SKIN_DETAIL = 0.3  # share of the source's own colour detail kept on the skin (1 on features)
+# A target face whose skin chroma (95th percentile, 8-bit LAB units) is at most _GREY_CHROMA is a
+# black-and-white picture (JPEG leaves 1-2 units): the source's colour detail is left out; from
+# _COLOUR_CHROMA up all of it is kept (skin in colour photos: 10-30 units; t1.jpg's faces: 17-27)
+_GREY_CHROMA = 3.0
+_COLOUR_CHROMA = 8.0
 _LOWPASS_SUPPORT = 0.3  # normalised-convolution weight under which a fine estimate falls back
 # The source's skin relief at two fine scales (Gaussian sigmas of these fractions of the face,
 # finest first) is brought to the target's contrast in each band, over skin, never raised and
@@ -394,6 +399,21 @@ def soften_speculars(src: npt.NDArray[np.float32], low: npt.NDArray[np.float32],
     return spec
 
 
+def target_colourfulness(lab: npt.NDArray[np.float32], weight: npt.NDArray[np.float32]
+                         ) -> float:
+    """How much of the source's own colour detail the swap may carry, 0..1, from the target
+    face's colour: the 95th percentile of its chroma (a/b distance from neutral, 8-bit LAB
+    units, where ``weight`` > 0.5) mapped from :data:`_GREY_CHROMA` (0: a black-and-white
+    picture stays black and white, pink lips and blue eye whites would be the only colour in
+    it) to :data:`_COLOUR_CHROMA` (1: any colour photo's skin)."""
+    sel = weight > 0.5
+    if not sel.any():
+        return 1.0
+    ab = lab[sel][:, 1:] - np.float32(128.0)
+    chroma = float(np.percentile(np.sqrt((ab * ab).sum(1)), 95))
+    return float(np.clip((chroma - _GREY_CHROMA) / (_COLOUR_CHROMA - _GREY_CHROMA), 0.0, 1.0))
+
+
 def relight(warped: Frame, roi: Frame, weights: FaceWeights, face_px: float) -> Frame:
     """The warped source face under the target's shading and colour (docs/CLASSIC.md).
 
@@ -448,7 +468,8 @@ def relight(warped: Frame, roi: Frame, weights: FaceWeights, face_px: float) -> 
         for k in (0, 1):  # cv2.LUT: one table lookup per 8-bit lightness, per channel
             t = np.ascontiguousarray(table[:, k])
             ab[..., k] += (cv2.LUT(now8, t) - cv2.LUT(was8, t)) * gain
-    keep = _SKIN_DETAIL + (1.0 - _SKIN_DETAIL) * w.source_features
+    keep = (_SKIN_DETAIL + (1.0 - _SKIN_DETAIL) * w.source_features) * target_colourfulness(
+        tgt, w.target_colour)
     out[..., 1:] = ab + detail[..., 1:] * keep[..., None]
     return np.asarray(cv2.cvtColor(np.clip(out + 0.5, 0, 255).astype(np.uint8),
                                    cv2.COLOR_LAB2BGR), np.uint8)

@@ -317,6 +317,50 @@ def test_in_process_workers_cut_a_long_video_and_join_it_exactly(
     assert all(w.units > 0 for w in summary.workers)
 
 
+def test_a_long_video_that_cannot_be_cut_runs_whole_and_the_summary_says_why(
+        tmp_path: Path) -> None:
+    """A new user's trial: a clip with one keyframe and ``--chunk-seconds 1`` ran whole, and
+    nothing said why the chunks asked for did not happen."""
+    src = ntsc_clip(tmp_path / "onekey.mp4", frames=150, gop=1000)
+    lines: list[str] = []
+    opts = BatchOptions((str(src),), tmp_path / "out", executor="local", workers=2,
+                        chunk_seconds=1.0)
+    summary = run_batch(opts, marking_engine, quiet=True, on_line=lines.append)
+    assert summary.count("done") == 1
+    note = [n for n in summary.notes if "runs whole on one worker" in n]
+    assert note and "onekey.mp4" in note[0] and "0 clean cut points" in note[0], summary.notes
+    assert any("runs whole on one worker" in ln for ln in lines)
+    assert sum(w.units for w in summary.workers) == 1
+
+
+def _noting_engine() -> object:
+    from livefuse.testing.stub_engine import MarkingEngine
+
+    engine = MarkingEngine()
+    engine.source_notes = ("the source face is 89 px wide (under 100 px): ...",)
+    return engine
+
+
+def test_what_the_engine_says_about_the_source_is_reported_once(mixed: Path,
+                                                                tmp_path: Path) -> None:
+    """A new user's trial: ``run`` warned of a small source face, ``batch`` said nothing."""
+    lines: list[str] = []
+    opts = BatchOptions((str(mixed / "a.jpg"), str(mixed / "b.mp4")), tmp_path / "out",
+                        executor="local", workers=2)
+    summary = run_batch(opts, _noting_engine, quiet=True, on_line=lines.append)
+    want = "source: the source face is 89 px wide (under 100 px): ..."
+    assert summary.notes.count(want) == 1
+    assert lines.count(want) == 1
+    assert f"note: {want}" in summary.lines()
+
+
+def test_a_summary_with_nothing_processed_gives_no_rate(tmp_path: Path) -> None:
+    opts = BatchOptions((str(tmp_path / "missing.jpg"),), tmp_path / "out", executor="local")
+    summary = run_batch(opts, marking_engine, quiet=True)
+    assert summary.failed == 1
+    assert not any(ln.startswith("frames:") for ln in summary.lines())
+
+
 @pytest.mark.parametrize("out_exists", [False, True])
 def test_ctrl_c_stops_the_workers_and_removes_partial_outputs(tmp_path: Path,
                                                               out_exists: bool) -> None:

@@ -251,7 +251,7 @@ class RayPool:
         gpu = f", {gpus_per_worker:g} GPU each" if gpus_per_worker else ""
         self.description = (f"Ray ({where}): {len(self.actors)} worker"
                             f"{'s' if len(self.actors) > 1 else ''}, {cpus_per_worker:g} CPU"
-                            f"{gpu}")
+                            f"{' each' if not gpu else ''}{gpu}")
 
     def names(self) -> list[str]:
         return list(self.actors)

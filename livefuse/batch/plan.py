@@ -383,9 +383,11 @@ def chunk_dir(item: Item) -> Path:
     return item.output.parent / CHUNK_DIR / item.output.name
 
 
-def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1) -> list[Unit]:
+def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1,
+               notes: list[str] | None = None) -> list[Unit]:
     """Units for ``items``: one per image and per short video; a video longer than two chunks
     (and cuttable) gets one unit per chunk, each writing ``chunk_dir(item)/chunk-NNNN.mp4``.
+    A video long enough to cut that stays whole gets a line in ``notes`` saying why.
 
     Raises:
         VideoError: (not raised here: an unreadable video stays one whole unit and fails there.)
@@ -395,15 +397,25 @@ def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1) -> 
         if item.kind == "image" or chunk_s <= 0 or item.seconds < 2 * chunk_s:
             units.append(Unit(item, item.output, frames=item.frames))
             continue
+        why = ""
         try:
             # audio the output cannot hold: one whole unit, refused at once with the reason,
             # instead of every chunk's work lost at the join
             check_audio_fits(item.input, item.output)
             index = key_index(item.input)
-        except VideoError:
-            index = None
+        except VideoError as exc:
+            index, why = None, str(exc)
         spans = chunk_spans(index, chunk_s, detect_every=detect_every) if index else []
         if len(spans) < 2:
+            if notes is not None:
+                if index is not None:
+                    cuts = max(len(index.cuts) - 1, 0)
+                    why = (f"it has {cuts} clean cut point{'s' if cuts != 1 else ''} after its "
+                           f"start (keyframes that open a closed GOP) where {chunk_s:g} s "
+                           "chunks need more; a re-encode with a keyframe every few seconds "
+                           "makes it cuttable")
+                notes.append(f"'{item.input}' runs whole on one worker, not in "
+                             f"{chunk_s:g} s chunks: {why}")
             units.append(Unit(item, item.output, frames=item.frames))
             continue
         assert index is not None

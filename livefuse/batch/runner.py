@@ -122,9 +122,10 @@ class BatchSummary:
         total = len(self.results) + len(self.problems)
         fps = self.frames / self.seconds if self.seconds > 0 else 0.0
         out = [f"items:    {total}: {done} done, {skipped} skipped (output exists), "
-               f"{self.failed} failed",
-               f"frames:   {self.frames} in {self.seconds:.1f} s ({fps:.1f} fps; worker "
-               f"start-up {self.startup_s:.1f} s of it)"]
+               f"{self.failed} failed"]
+        if self.frames:  # nothing was processed: no rate to give
+            out.append(f"frames:   {self.frames} in {self.seconds:.1f} s ({fps:.1f} fps; worker "
+                       f"start-up {self.startup_s:.1f} s of it)")
         if self.executor:  # none started when there was nothing to do
             out.append(f"workers:  {self.executor}")
         for w in self.workers:
@@ -246,9 +247,14 @@ class _Collector:
         self.chunks: dict[Item, list[UnitResult]] = {}
         self.results: list[ItemResult] = []
         self.finished: set[Item] = set()
+        self.engine_notes: list[str] = []  # every worker's engine says the same: once each
 
     def __call__(self, res: UnitResult) -> None:
         item = res.unit.item
+        for note in res.engine_notes:
+            if note not in self.engine_notes:
+                self.engine_notes.append(note)
+                self.on_line(note)
         if not res.ok:
             self.progress.unit_failed(res.unit.frames, res.frames)
         if res.unit.chunks == 1:
@@ -349,7 +355,11 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
         chunk_s = opts.chunk_seconds if opts.chunk_seconds is not None else \
             auto_chunk_seconds(plan.items, len(pool.names()))
         _clean_chunks(plan.items)
-        units = plan_units(plan.items, chunk_s, detect_every)
+        whole: list[str] = []
+        units = plan_units(plan.items, chunk_s, detect_every, whole)
+        summary.notes += whole
+        for n in whole:
+            on_line(f"note: {n}")
         # the longest first: the last unit to finish is a short one
         units.sort(key=lambda u: -u.frames)
         progress = Progress(sum(u.frames for u in units), len(plan.items), not quiet)
@@ -376,6 +386,7 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
     _remove_empty(made)  # every item failed: no empty folder made for nothing
     summary.seconds = time.perf_counter() - t0
     summary.results += collector.results
+    summary.notes = collector.engine_notes + summary.notes
     order = {i.input: k for k, i in enumerate([*plan.items, *plan.skipped])}
     summary.results.sort(key=lambda r: order.get(r.item.input, 0))
     return summary

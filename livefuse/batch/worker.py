@@ -71,6 +71,8 @@ class UnitResult:
         seconds: wall time on the worker.
         worker: the worker's name.
         notes: the run's notes (encoder, decoder, audio).
+        engine_notes: on a worker's first unit, what its engine said about the source and
+            reference photos (``source: ...``), as ``run`` prints them.
     """
 
     unit: Unit
@@ -83,6 +85,7 @@ class UnitResult:
     seconds: float = 0.0
     worker: str = ""
     notes: tuple[str, ...] = ()
+    engine_notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ class BatchWorker:
         self.info = WorkerInfo(name, os.getpid(), socket.gethostname(), gpu_ids,
                                os.environ.get("CUDA_VISIBLE_DEVICES"), node)
         self._engine: Any = None
+        self._noted = False  # the engine's notes went out with a result
         self._frames = 0
         self._stats = WorkerStats(self.info)
         self.cancel = threading.Event()
@@ -216,6 +220,11 @@ class BatchWorker:
             tb = traceback.extract_tb(exc.__traceback__)[-1]
             result.message = (f"'{unit.item.input}': internal error: {type(exc).__name__}: "
                               f"{exc} ({Path(tb.filename).name}:{tb.lineno})")
+        if not self._noted and self._engine is not None:
+            self._noted = True
+            result.engine_notes = (
+                tuple(f"source: {n}" for n in self._engine.source_notes)
+                + tuple(f"reference: {n}" for n in self._engine.reference_notes))
         result.seconds = time.perf_counter() - t0
         self._stats.units += 1
         self._stats.busy_s += result.seconds

@@ -28,6 +28,8 @@ class MarkingEngine:
     """
 
     renderer = _Renderer()
+    source_notes: tuple[str, ...] = ()
+    reference_notes: tuple[str, ...] = ()
 
     def __init__(self, delay_s: float = 0.0) -> None:
         self.delay_s = delay_s

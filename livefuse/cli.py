@@ -88,7 +88,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     out = args.out.resolve()
     check_out_dir(out)  # before the line that says where it writes
-    print(f"livefuse demo: writing to {out}")
+    print(f"livefuse demo: writing to {out} (the clip detects faces every 3rd frame and tracks "
+          "them between, as `live` does; `run` detects on every frame unless --detect-every)")
     for summary in run_demo(out, progress=not args.quiet):
         print("\n".join(summary.lines()))
         print()

@@ -41,7 +41,7 @@ import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tomli_w
@@ -85,6 +85,7 @@ from livefuse.config import (
     RESOLUTION_CHOICES,
     AppConfig,
     CaptureConfig,
+    CaptureKind,
     EngineConfig,
     default_config_path,
     load_config,
@@ -707,7 +708,8 @@ class MainWindow(QMainWindow):
         key = self.resolution.currentData()
         if isinstance(key, str) and "x" in key:
             w, h = (int(v) for v in key.split("x"))
-        capture = dataclasses.replace(self.config.capture, kind=self.input_kind.currentText(),
+        kind = cast(CaptureKind, self.input_kind.currentText())  # CAPTURE_CHOICES' items
+        capture = dataclasses.replace(self.config.capture, kind=kind,
                                       camera=self._camera_value(), width=w, height=h,
                                       fps=round(self.fps.value(), 2))
         self._set_config(dataclasses.replace(self.config, capture=capture))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication
@@ -53,9 +54,12 @@ from livefuse.config import (
     PRECISION_CHOICES,
     ROTATION_CHOICES,
     AppConfig,
+    Backend,
     CacheConfig,
     ControlConfig,
     GuardConfig,
+    Precision,
+    Rotation,
 )
 from livefuse.errors import ConfigError
 from livefuse.models.engine_choice import EngineChoice
@@ -338,10 +342,10 @@ class SettingsPanel(QWidget):
         for combo in (self.engine, self.device, self.precision, self.backend, self.rotation,
                       self.pixel_boost, self.enhancer, self.face_selector, self.guard_mode):
             combo.currentIndexChanged.connect(self._edited)
-        for spin in (self.threshold, self.refresh, self.detect_every, self.mask_blur,
-                     self.enhancer_blend, self.face_index, self.hold_frames,
-                     self.control_port):
-            spin.valueChanged.connect(self._edited)
+        for spinner in (self.threshold, self.refresh, self.detect_every, self.mask_blur,
+                        self.enhancer_blend, self.face_index, self.hold_frames,
+                        self.control_port):
+            spinner.valueChanged.connect(self._edited)
         for check in (self.cache_enabled, self.keep_mouth, self.vcam, self.smooth,
                       self.control_enabled, *self.masks.values()):
             check.toggled.connect(self._edited)
@@ -483,9 +487,11 @@ class SettingsPanel(QWidget):
             base.engine, engine=self.engine.currentData(), device=self.device.currentData(),
             face_selector=selector,
             target_face_index=index if selector == "one" and index >= 0 else None,
-            precision=self.precision.currentText(), backend=self.backend.currentText(),
+            # the combos hold the choices config.py defines for these fields, nothing else
+            precision=cast(Precision, self.precision.currentText()),
+            backend=cast(Backend, self.backend.currentText()),
             detect_every=self.detect_every.value(), keep_mouth=self.keep_mouth.isChecked(),
-            rotation=self.rotation.currentText(), smooth=self.smooth.isChecked(),
+            rotation=cast(Rotation, self.rotation.currentText()), smooth=self.smooth.isChecked(),
             pixel_boost=int(self.pixel_boost.currentText()),
             face_mask_types=tuple(n for n, b in self.masks.items() if b.isChecked()),
             face_mask_regions=tuple(

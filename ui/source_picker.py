@@ -69,6 +69,10 @@ class _Serialized:
         with self._lock:
             return self._inner.embed(frame, face)
 
+    def reset(self) -> None:
+        with self._lock:
+            self._inner.reset()
+
 
 class SharedAnalyser:
     """The app's one DlibFaceAnalyser, built on first use by whichever worker thread needs it

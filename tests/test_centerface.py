@@ -168,10 +168,10 @@ def test_demo_and_bench_clips_centre_on_the_same_frontal_face_with_either_detect
         assert 440 < (face.bbox[0] + face.bbox[2]) / 2 < 580  # Ross, third from the left
 
 
-def test_a_stream_runs_the_wide_scan_every_nth_detection_and_when_the_fast_pass_finds_none(
-        t1_bgr: Frame, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fast pass at 320x240 misses small and strongly rolled faces; every ``wide_every``-th
-    detection runs the wide scan instead, and an empty fast pass is retried wide at once."""
+def _counting_wide_every_3(monkeypatch: pytest.MonkeyPatch
+                           ) -> tuple[DlibFaceAnalyser, list[tuple[int, int]]]:
+    """An analyser with the wide scan every 3rd detection, and the CenterFace input limit of
+    each detection it runs, in order."""
     analyser = DlibFaceAnalyser(wide_every=3, landmarks_on_detect=False)
     assert analyser._centerface is not None
     real = analyser._centerface.detect
@@ -182,6 +182,14 @@ def test_a_stream_runs_the_wide_scan_every_nth_detection_and_when_the_fast_pass_
         return real(frame, limit)
 
     monkeypatch.setattr(analyser._centerface, "detect", counted)
+    return analyser, limits
+
+
+def test_a_stream_runs_the_wide_scan_every_nth_detection_and_when_the_fast_pass_finds_none(
+        t1_bgr: Frame, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast pass at 320x240 misses small and strongly rolled faces; every ``wide_every``-th
+    detection runs the wide scan instead, and an empty fast pass is retried wide at once."""
+    analyser, limits = _counting_wide_every_3(monkeypatch)
     for _ in range(6):
         assert analyser.detect(t1_bgr, 0)
     assert limits == [FAST_INPUT, FAST_INPUT, WIDE_INPUT] * 2
@@ -199,16 +207,7 @@ def test_each_stream_counts_the_wide_scan_cadence_from_its_own_first_detection(
     from livefuse.config import EngineConfig
     from livefuse.engine import Engine
 
-    analyser = DlibFaceAnalyser(wide_every=3, landmarks_on_detect=False)
-    assert analyser._centerface is not None
-    real = analyser._centerface.detect
-    limits: list[tuple[int, int]] = []
-
-    def counted(frame: Frame, limit: tuple[int, int]):  # type: ignore[no-untyped-def]
-        limits.append(limit)
-        return real(frame, limit)
-
-    monkeypatch.setattr(analyser._centerface, "detect", counted)
+    analyser, limits = _counting_wide_every_3(monkeypatch)
     engine = Engine(EngineConfig(), analyser=analyser)
     runs = []
     for earlier in (0, 1, 2):

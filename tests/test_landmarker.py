@@ -219,6 +219,44 @@ def test_106_key_reads_the_eyes_by_the_kps_not_the_index_order() -> None:
     assert abs(a.yaw + b.yaw) < 1 and abs(a.pitch - b.pitch) < 1
 
 
+def test_106_key_equals_its_definition_on_noisy_faces() -> None:
+    """The key's lean form gives what its parts define: the shape by ``_normalise`` on the eye
+    centres, openness by ``region_openness`` along the eye line, the pose by ``_head_pose`` on
+    the nose tip (mean of its two points), chin, outer eye corners and mouth corners, the
+    image-left ones first (within float32 rounding)."""
+    from livefuse.cache import _head_pose, _normalise
+    from livefuse.faces import landmarks106 as L
+    from livefuse.faces.landmarks106 import region_openness
+
+    rng = np.random.default_rng(3)
+    frame = np.full((1080, 1920, 3), 90, np.uint8)
+    for i in range(40):
+        pts = face_points_106(rng.uniform(300, 1600), rng.uniform(200, 900),
+                              rng.uniform(20, 120), rng.uniform(-60, 60),
+                              rng.uniform(0.0, 0.4), rng.uniform(0.05, 0.4))
+        pts = (pts + rng.normal(0, 1.5, pts.shape)).astype(np.float32)
+        kps = kps_of_106(pts)
+        if i % 2:  # mirrored: the index order's eye A is then the image-right one
+            pts[:, 0] = 1920 - pts[:, 0]
+            kps = kps_of_106(pts)[[1, 0, 2, 4, 3]]
+        key = pose_key(frame, _face(pts, kps))
+        p = pts.astype(np.float64)
+        a, b = p[L.EYE_A].mean(0), p[L.EYE_B].mean(0)
+        a_left = np.linalg.norm(a - kps[0]) < np.linalg.norm(b - kps[0])
+        left, right = (a, b) if a_left else (b, a)
+        axis = (right - left) / np.linalg.norm(right - left)
+        assert np.abs(key.shape - _normalise(pts, left, right)).max() < 1e-4
+        assert key.mouth_open == pytest.approx(region_openness(p[L.MOUTH], axis), abs=1e-6)
+        eyes = (region_openness(p[L.EYE_A], axis) + region_openness(p[L.EYE_B], axis)) / 2
+        assert key.eye_open == pytest.approx(eyes, abs=1e-6)
+        outer = L.EYE_OUTER if a_left else L.EYE_OUTER[::-1]
+        corners = sorted(L.MOUTH_CORNERS, key=lambda c: float(np.linalg.norm(p[c] - kps[3])))
+        pose = p[[L.NOSE_TIP[0], L.CHIN, *outer, *corners]]
+        pose[0] = p[list(L.NOSE_TIP)].mean(0)
+        want = _head_pose(pose, (1920, 1080))
+        assert np.abs(np.array([key.yaw, key.pitch, key.roll]) - want).max() < 1e-3
+
+
 def test_106_key_sees_a_turned_head() -> None:
     frame = np.full((480, 640, 3), 128, np.uint8)
     pts = face_points_106(300, 200, 80)
@@ -246,6 +284,26 @@ def test_torch_runner_on_the_staged_device_frame(replica: Path, precision: str,
     got = TorchLandmarker(replica, "cuda", precision).landmarks(staged, faces)
     out = np.stack([f.landmarks_106 for f in got])  # type: ignore[misc]
     assert np.abs(out - ref).max() < (0.1 if precision == "fp32" else 0.5)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_the_fused_graph_on_cuda(replica: Path, photo_faces: tuple[np.ndarray, list[Face]]
+                                 ) -> None:
+    """On CUDA, a frame staged by the live path's stager: crops and network replay as one CUDA
+    graph of the frame's entry, for other faces and frames, as insightface within 0.5 px."""
+    from livefuse.swap.gpu_frame import FrameStager
+
+    img, faces = photo_faces
+    stager = FrameStager("cuda")
+    lm = TorchLandmarker(replica, "cuda", "fp16")
+    for frame, batch in ((img, faces[:2]), (img[:, ::-1].copy(), faces[1:3]), (img, faces[:2])):
+        staged = stager.stage(frame)
+        stager.wait(staged)
+        got = np.stack([f.landmarks_106 for f in lm.landmarks(staged, batch)])  # type: ignore[misc]
+        assert np.abs(got - _insightface(replica, frame, batch)).max() < 0.5
+        assert staged.release is not None
+        staged.release()
+    assert staged.graphs is not None and ("landmarks", 2, 192, 0) in staged.graphs.graphs
 
 
 def test_crop_matches_warp_affine_on_a_real_photo(photo_faces: tuple[np.ndarray, list[Face]]
@@ -304,6 +362,36 @@ def test_the_crops_replay_as_a_graph_of_the_staged_frame(
         want = np.stack([f.landmarks_106 for f in eager.landmarks(frame, batch)])  # type: ignore[misc]
         assert np.abs(pts - want).max() < 1e-2
     assert ("landmark crops", 2, 192) in owner.graphs
+    # landmarks() runs the crops and the network as one graph of the frame's entry
+    assert ("landmarks", 2, 192, 0) in owner.graphs and lm.graphs is None
+
+
+def test_a_non_finite_fused_run_falls_back_to_fp32_and_recaptures(
+        replica: Path, photo_faces: tuple[np.ndarray, list[Face]]) -> None:
+    """The crops-and-network graph of a staged frame is checked like the network alone: an
+    fp16 NaN is run again in fp32, and the next frame replays a graph of the fp32 network (a
+    graph of the fp16 one is never replayed again: its weights are gone)."""
+    from livefuse.swap.gpu_frame import TensorStager
+
+    img, faces = photo_faces
+    stager = TensorStager("cpu")
+    lm = TorchLandmarker(replica, "cpu", "fp16")
+    real = lm.net.forward
+
+    def overflowing(x: torch.Tensor) -> Any:
+        out = real(x)
+        return [o.fill_(float("nan")) for o in out] if x.dtype == torch.float16 else out
+
+    lm.net.forward = overflowing  # type: ignore[method-assign]
+    ref = _insightface(replica, img, faces[:2])
+    for _ in range(2):
+        staged = stager.stage(img)
+        stager.wait(staged)
+        got = np.stack([f.landmarks_106 for f in lm.landmarks(staged, faces[:2])])  # type: ignore[misc]
+        assert lm.precision == "fp32 (fallback)"
+        assert np.abs(got - ref).max() < 0.1
+    assert staged.graphs is not None
+    assert {("landmarks", 2, 192, 0), ("landmarks", 2, 192, 1)} <= set(staged.graphs.graphs)
 
 
 def test_non_finite_landmarks_fall_back_to_fp32(replica: Path,

@@ -250,6 +250,7 @@ class TorchLandmarker:
         self.runner = TorchGraph(net, path=self.path, device=device, precision=precision,
                                  cuda_graph=True, max_batch=MAX_BATCH if self.batched else 1,
                                  graphs=graphs)
+        self._pinned: Any = None  # the read-back's pinned buffer, per output shape
 
     def _frame_tensor(self, frame: AnyFrame) -> Any:
         import torch
@@ -290,6 +291,24 @@ class TorchLandmarker:
         theta = theta.to(frame_t.device, non_blocking=True)
         return _crops_t(frame_t[y0:y1, x0:x1], theta, s, mean, std)
 
+    def _read_back(self, out: Any) -> npt.NDArray[np.float32]:
+        """``out`` ``(N, 212)`` on the host, a copy of its own. On CUDA through a pinned buffer
+        and a sleeping wait (:func:`~livefuse.models.graph_cache.host_wait`): ``.cpu()`` would
+        spin a core for as long as the crops and the network take on the device."""
+        import torch
+
+        if out.device.type != "cuda":
+            return np.array(out.float().cpu().numpy(), np.float32)
+        from livefuse.models.graph_cache import host_wait
+
+        host = self._pinned
+        if host is None or tuple(host.shape) != tuple(out.shape):
+            host = self._pinned = torch.empty(tuple(out.shape), dtype=torch.float32,
+                                              pin_memory=True)
+        host.copy_(out, non_blocking=True)
+        host_wait(out.device)
+        return np.array(host.numpy(), np.float32)
+
     def landmarks(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face]:
         import torch
 
@@ -298,15 +317,43 @@ class TorchLandmarker:
         affines = np.stack([crop_affine(f.bbox, self.input_size) for f in faces])
         graphs = frame.graphs if isinstance(frame, StagedFrame) else None
         with torch.inference_mode():
-            x = self.crops(self._frame_tensor(frame), affines, graphs)
+            frame_t = self._frame_tensor(frame)
+            out = None if graphs is None else self._fused(frame_t, affines, graphs)
+            if out is None:
+                out = self.runner.run_tensors(self.crops(frame_t, affines, graphs),
+                                              read_by_caller=True)[0]
             # one wait for the device a frame: the guard checks the points on the host, where
             # they come anyway (a check on the device would be more launches and a second
             # read-back); a non-finite reduced-precision output is computed again in fp32, and
             # the runner stays in fp32 (as the swapper does)
-            pred = self.runner.run_tensors(x, read_by_caller=True)[0].cpu().numpy()
+            pred = self._read_back(out)
             if self.runner.guarded and not np.isfinite(pred).all():
-                pred = self.runner.run_tensors(x)[0].cpu().numpy()  # checked: latches fp32
+                x = self.crops(frame_t, affines)  # eager: no capture for this one-off
+                pred = self._read_back(self.runner.run_tensors(x)[0])  # checked: latches fp32
         return _with_landmarks(faces, decode(pred, affines, self.input_size))
+
+    def _fused(self, frame_t: Any, affines: npt.NDArray[np.float64], graphs: Owner) -> Any:
+        """Crops and network as ONE graph of the frame size's owner (``graphs``, which holds
+        ``frame_t``), the crop matrices its one upload: ``(N, 212) float32`` on the device, not
+        yet checked; ``None`` when the faces are more than one run of the network takes.
+
+        Apart, the crops' graph, the cast, the copy into the network's static input, its graph
+        and the cast back cost ~0.1 ms more host CPU on every frame the cache serves (cProfile
+        on the H200, docs/BENCHMARKS.md §12.5). The graph is keyed by the runner's
+        :attr:`~livefuse.models.graph_runner.TorchGraph.generation`: after an fp32 latch the
+        next frame captures one around the fp32 module."""
+        runner, n, s = self.runner, len(affines), self.input_size
+        if n > runner.max_batch:
+            return None
+        h, w = int(frame_t.shape[0]), int(frame_t.shape[1])
+        mean, std, dtype = self.input_mean, self.input_std, runner.dtype
+        theta_t = graphs.params(("landmark crops", n, s), crop_theta(affines, (0, 0, w, h), s))
+
+        def run(f: Any, t: Any) -> tuple[Any]:
+            return (runner.forward(_crops_t(f, t, s, mean, std).to(dtype))[0].float(),)
+
+        return graphs.run(("landmarks", n, s, runner.generation), run, (frame_t, theta_t),
+                          warmup=3)[0]
 
     @property
     def net(self) -> Any:

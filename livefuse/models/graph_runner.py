@@ -242,6 +242,19 @@ class TorchGraph:
         """Whether outputs are checked (a low precision still in use)."""
         return not self._latched and self.precision != "fp32"
 
+    @property
+    def generation(self) -> int:
+        """Changes whenever :attr:`module` is replaced (a precision latch): a graph a caller
+        captured around :meth:`forward` is valid for one generation only (the replaced module's
+        weights are freed)."""
+        return int(self.fallbacks)
+
+    def forward(self, *xs: Any) -> tuple[Any, ...]:
+        """The module now in use on ``xs`` (already in :attr:`dtype` on the device): no graph
+        of this runner, no guard. For a caller that captures it inside a graph of its own,
+        keyed by :attr:`generation`, and checks the outputs itself."""
+        return self._forward(*xs)
+
     def _forward(self, *xs: Any) -> tuple[Any, ...]:
         import torch
 

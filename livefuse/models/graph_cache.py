@@ -66,9 +66,10 @@ class GraphBackend(Protocol):
         """A host tensor small parameters are written into before their copy up."""
         ...
 
-    def copy_up(self, host: Any, dev: Any) -> Any:
+    def copy_up(self, host: Any, dev: Any, token: Any = None) -> Any:
         """Queue the copy of ``host`` into ``dev`` without a host sync; returns a token whose
-        ``synchronize()`` waits until ``host`` may be written again (``None``: at once)."""
+        ``synchronize()`` waits until ``host`` may be written again (``None``: at once). The
+        previous copy's ``token``, already waited for, may be reused."""
         ...
 
     def free(self, tensors: Iterable[Any]) -> None:
@@ -183,11 +184,12 @@ class CudaGraphs:
 
         return torch.empty(shape, dtype=dtype, pin_memory=True)
 
-    def copy_up(self, host: Any, dev: Any) -> Any:
+    def copy_up(self, host: Any, dev: Any, token: Any = None) -> Any:
         import torch
 
         dev.copy_(host, non_blocking=True)
-        done = torch.cuda.Event()
+        # one event per parameter, recorded again (a new one each frame is host CPU too)
+        done = token if token is not None else torch.cuda.Event()
         done.record()
         return done
 
@@ -242,7 +244,7 @@ class EagerGraphs:
 
         return torch.empty(shape, dtype=dtype)
 
-    def copy_up(self, host: Any, dev: Any) -> Any:
+    def copy_up(self, host: Any, dev: Any, token: Any = None) -> Any:
         dev.copy_(host)
         return None
 
@@ -331,14 +333,15 @@ class Owner:
         entry = self._params.get(name)
         if entry is None or tuple(entry[0].shape) != arr.shape or entry[0].dtype != dtype:
             backend = self._cache.backend
-            entry = [backend.staging(arr.shape, dtype),
-                     torch.empty(arr.shape, dtype=dtype, device=self.device), None]
+            host = backend.staging(arr.shape, dtype)
+            entry = [host, torch.empty(arr.shape, dtype=dtype, device=self.device), None,
+                     host.numpy()]
             self._params[name] = entry
-        host, dev, token = entry
+        host, dev, token, host_np = entry
         if token is not None:
             token.synchronize()  # the last copy out of ``host`` is done (at once in practice)
-        host.numpy()[...] = arr
-        entry[2] = self._cache.backend.copy_up(host, dev)
+        host_np[...] = arr
+        entry[2] = self._cache.backend.copy_up(host, dev, token)
         return dev
 
     def run(self, key: Hashable, fn: Fn, inputs: Sequence[Any], *, mutates: int | None = None,
@@ -373,7 +376,7 @@ class Owner:
         tensors: list[Any] = list(self._buffers.values())
         for v in self._values.values():
             tensors += _tensors_in(v)
-        for host, dev, _ in self._params.values():
+        for host, dev, _, _ in self._params.values():
             tensors += [host, dev]
         for g in self._graphs.values():
             tensors += list(g.outputs)

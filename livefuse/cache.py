@@ -128,6 +128,22 @@ def _dist(a: FloatArray, b: FloatArray) -> float:
 _OPENNESS_106 = (L106.MOUTH, L106.EYE_A, L106.EYE_B)
 
 
+def _normalise_64(p: npt.NDArray[np.float64], left: tuple[float, float],
+                  right: tuple[float, float]) -> FloatArray:
+    """:func:`_normalise` of float64 points whose eye centres are already Python floats (the
+    106-point key's path: the same values within float32 rounding, in fewer numpy calls)."""
+    c = p.sum(0) * (1.0 / len(p))
+    angle = math.atan2(right[1] - left[1], right[0] - left[0])
+    ca, sa = math.cos(angle), math.sin(angle)
+    q = (p - c) @ np.array([[ca, -sa], [sa, ca]])  # rotated by -angle: the eye line level
+    radius = math.sqrt(float(np.einsum("ij,ij->", q, q)) / len(p)) or 1.0
+    return (q * (1.0 / radius)).astype(np.float32)
+
+
+# the regions the key reads openness from, as (start, stop) rows: the mouth, then each eye
+_OPENNESS_ROWS = tuple((r.start, r.stop) for r in _OPENNESS_106)
+
+
 def _key_106(lm: FloatArray, kps: FloatArray, size: tuple[int, int], colour: FloatArray
              ) -> PoseKey:
     """The key from insightface's 106 landmarks: each region read as a point set, the
@@ -135,37 +151,36 @@ def _key_106(lm: FloatArray, kps: FloatArray, size: tuple[int, int], colour: Flo
     :mod:`livefuse.faces.landmarks106`).
 
     Written with few numpy calls (the key runs on every cached frame of the live loop, where
-    each call's overhead is host CPU the streamer's game does not get); the openness values
-    equal :func:`livefuse.faces.landmarks106.region_openness`'s."""
+    each call's overhead is host CPU the streamer's game does not get: 0.32-0.43 ms a frame on
+    the H200's host before this form, docs/BENCHMARKS.md §12.5); the openness values equal
+    :func:`livefuse.faces.landmarks106.region_openness`'s."""
     p = np.asarray(lm, np.float64)
-    k = np.asarray(kps, np.float64)
-    a, b = p[L106.EYE_A].mean(0), p[L106.EYE_B].mean(0)
-    (ax, ay), (bx, by) = a.tolist(), b.tolist()
-    (k0x, k0y), (k1x, k1y) = k[0].tolist(), k[1].tolist()
+    (ax, ay), (bx, by) = (p[L106.EYE_A].sum(0) * 0.1).tolist(), (p[L106.EYE_B].sum(0) * 0.1
+                                                                 ).tolist()
+    (k0x, k0y), (k1x, k1y), _, (k3x, k3y), _ = np.asarray(kps, np.float64).tolist()
     a_left = (math.hypot(ax - k0x, ay - k0y) + math.hypot(bx - k1x, by - k1y)
               <= math.hypot(ax - k1x, ay - k1y) + math.hypot(bx - k0x, by - k0y))
-    left, right = (a, b) if a_left else (b, a)
+    left, right = ((ax, ay), (bx, by)) if a_left else ((bx, by), (ax, ay))
     o0, o1 = L106.EYE_OUTER if a_left else L106.EYE_OUTER[::-1]
     c0, c1 = L106.MOUTH_CORNERS
     (c0x, c0y), (c1x, c1y) = p[c0].tolist(), p[c1].tolist()
-    (k3x, k3y) = k[3].tolist()
     if math.hypot(c0x - k3x, c0y - k3y) > math.hypot(c1x - k3x, c1y - k3y):
         c0, c1 = c1, c0
     pose_points = p[[L106.NOSE_TIP[0], L106.CHIN, o0, o1, c0, c1]]
-    pose_points[0] = p[list(L106.NOSE_TIP)].mean(0)
+    pose_points[0] = (p[L106.NOSE_TIP[0]] + p[L106.NOSE_TIP[1]]) * 0.5
     yaw, pitch, roll = _head_pose(pose_points, size)
-    dx, dy = (right - left).tolist()
+    dx, dy = right[0] - left[0], right[1] - left[1]
     norm = math.hypot(dx, dy) or 1.0
     ux, uy = dx / norm, dy / norm
     # along the eye line and across it: each region's extents in one projection
     proj = p @ np.array([[ux, -uy], [uy, ux]])
     openness = []
-    for region in _OPENNESS_106:
-        r = proj[region]
-        width, height = (r.max(0) - r.min(0)).tolist()
-        openness.append(height / width if width > 0 else 0.0)
+    for start, stop in _OPENNESS_ROWS:
+        r = proj[start:stop]
+        (x1, y1), (x0, y0) = r.max(0).tolist(), r.min(0).tolist()
+        openness.append((y1 - y0) / (x1 - x0) if x1 > x0 else 0.0)
     mouth_open, eye_open = openness[0], (openness[1] + openness[2]) / 2
-    return PoseKey(_normalise(lm, left, right), yaw, pitch, roll, mouth_open, eye_open, colour)
+    return PoseKey(_normalise_64(p, left, right), yaw, pitch, roll, mouth_open, eye_open, colour)
 
 
 def _mean_colour(crop: Frame) -> FloatArray:

@@ -41,9 +41,9 @@ from livefuse.faces.analyser import AnyFrame
 from livefuse.imaging import LoadedImage
 from livefuse.samples import astronaut, insightface_image
 from livefuse.swap.neural_engine import NeuralPaths, build_landmarker, build_neural
+from livefuse.testing.face_points import points_at_kps
 from livefuse.testing.replica_landmark import build_landmark106_replica
 from livefuse.testing.replicas import build_arcface_replica, build_scrfd_replica
-from livefuse.testing.scripted import ScriptedLandmarker
 from livefuse.testing.synthetic import build_synthetic_inswapper, face_kps
 from livefuse.types import Face, Frame
 
@@ -90,7 +90,51 @@ def script(size: tuple[int, int], n_faces: int) -> Any:
             x1, y1 = kps.max(0) + eye
             out.append(Face(bbox=np.array([x0, y0, x1, y1], np.float32), kps=kps, score=0.9))
         return out
-    return faces_at
+    return Memo(faces_at)
+
+
+class Memo:
+    """``faces_at`` made once per frame index: :meth:`fill` runs it for the frames a benchmark
+    will time before the clock starts, so the host-CPU figures hold the frame path's work and
+    not the script's (~0.1-0.16 ms a frame on the H200's host, docs/BENCHMARKS.md §12.5)."""
+
+    def __init__(self, faces_at: Any) -> None:
+        self.faces_at, self.done = faces_at, {}
+
+    def __call__(self, i: int) -> list[Face]:
+        faces = self.done.get(i)
+        if faces is None:
+            faces = self.done[i] = self.faces_at(i)
+        return list(faces)
+
+    def fill(self, n: int, landmarker: Any = None) -> None:
+        """Frames 0..n-1, and (with a :class:`NeutralLandmarker`) their neutral 106 points."""
+        for i in range(n):
+            for f in self(i):
+                if isinstance(landmarker, NeutralLandmarker):
+                    landmarker.neutral(f.kps)
+
+
+class NeutralLandmarker:
+    """Runs the real landmarker (its full cost), then answers a still, neutral face on each
+    face's kps (random-weight replicas see no real face): as
+    :class:`~livefuse.testing.scripted.ScriptedLandmarker` with ``points_at=None``, with the
+    points made once per kps (:meth:`Memo.fill` makes them before the clock starts)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._points: dict[bytes, Any] = {}
+
+    def neutral(self, kps: Any) -> Any:
+        key = np.asarray(kps, np.float32).tobytes()
+        pts = self._points.get(key)
+        if pts is None:
+            pts = self._points[key] = np.asarray(points_at_kps(kps), np.float32)
+        return pts
+
+    def landmarks(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face]:
+        self.inner.landmarks(frame, faces)
+        return [replace(f, landmarks_106=self.neutral(f.kps)) for f in faces]
 
 
 def frames_for(size: tuple[int, int], count: int) -> list[Frame]:
@@ -110,7 +154,7 @@ def build(paths: NeuralPaths, cfg: EngineConfig, cache: CacheConfig | None, n_fa
     scripted = ScriptedAnalyser(analyser, script(size, n_faces))
     # with the cache on, the 2d106det runner runs on every frame (its full cost), then its
     # random-weight answer is replaced by a still, neutral face on each scripted face's kps
-    landmarker = ScriptedLandmarker(None, inner=build_landmarker(cfg, renderer, paths)) \
+    landmarker = NeutralLandmarker(build_landmarker(cfg, renderer, paths)) \
         if cache is not None and cache.enabled else None
     engine = Engine(cfg, components=(scripted, renderer), cache=cache,
                     sync_timings=sync_timings, landmarker=landmarker, warm_up=warm_up)
@@ -163,6 +207,7 @@ def _time(paths: NeuralPaths, cfg: EngineConfig, cache: CacheConfig, n_faces: in
     before frame i is processed, and the output is written into the frame (``in_place``); the
     timer covers ``process`` alone, the host CPU figure covers staging too."""
     engine, scripted = build(paths, cfg, cache, n_faces, size)
+    scripted.faces_at.fill(warmup + n + 1, engine.landmarker)
     times, cpu0 = [], 0.0
     staged = engine.stage(frames[0].copy())
     for i in range(warmup + n):

@@ -377,6 +377,7 @@ def _host_row(paths: NeuralPaths, cfg: EngineConfig, cache: CacheConfig,
     engine, scripted = build(paths, cfg, cache, 1, SIZE)
     if not landmarks:
         engine.landmarker = None
+    scripted.faces_at.fill(warmup + n + 1, engine.landmarker)
     times, cpu, cpu_stage = [], 0.0, 0.0
     staged = engine.stage(_camera_frame(engine, frames[0], lend))
     copies0 = getattr(engine.stager, "copies", 0)
@@ -434,6 +435,7 @@ def host_rows(paths: NeuralPaths, n: int, warmup: int, profile: bool) -> None:
         cfg = EngineConfig(engine="neural", backend="torch", precision="fp16", device="cuda",
                            face_selector="many", detect_every=3, smooth=False, rotation="off")
         engine, scripted = build(paths, cfg, CacheConfig(enabled=True), 1, SIZE)
+        scripted.faces_at.fill(warmup + n + 1, engine.landmarker)
         staged = engine.stage(_camera_frame(engine, frames[0], True))
         for i in range(warmup):
             scripted.index = i
@@ -459,6 +461,95 @@ def host_rows(paths: NeuralPaths, n: int, warmup: int, profile: bool) -> None:
         print("```")
 
 
+class _Steps:
+    """Methods wrapped to add up the calling thread's CPU time and its wall time per label
+    (while :attr:`on`)."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[str, int] = {}
+        self.wall: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self.on = False
+
+    def wrap(self, obj: Any, name: str, label: str) -> None:
+        fn = getattr(obj, name)
+
+        def timed(*a: Any, **k: Any) -> Any:
+            c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+            try:
+                return fn(*a, **k)
+            finally:
+                if self.on:
+                    self.cpu[label] = self.cpu.get(label, 0) + time.thread_time_ns() - c0
+                    self.wall[label] = self.wall.get(label, 0) + time.perf_counter_ns() - w0
+                    self.calls[label] = self.calls.get(label, 0) + 1
+        setattr(obj, name, timed)
+
+
+def phase_rows(paths: NeuralPaths, n: int, warmup: int) -> None:
+    """Where the host CPU of a frame goes: each step of ``Engine.process`` wrapped to add up
+    the inference thread's own CPU time (``time.thread_time_ns``) and its wall time, per frame,
+    cache on (106-point key, detect every 3) and off (detect every frame). Steps nest (the
+    tracker runs inside ``find``); "process, other threads" is the process's CPU over the
+    thread's own."""
+    from bench_frame_path import build
+
+    import livefuse.engine as engine_mod
+
+    frames = frames_for(SIZE, 8)
+    for cache_on, every in ((True, 3), (False, 1)):
+        cfg = EngineConfig(engine="neural", backend="torch", precision="fp16", device="cuda",
+                           face_selector="many", detect_every=every, smooth=False,
+                           rotation="off")
+        engine, scripted = build(paths, cfg, CacheConfig(enabled=cache_on), 1, SIZE)
+        scripted.faces_at.fill(warmup + n + 1, engine.landmarker)
+        steps = _Steps()
+        wrap = steps.wrap
+        wrap(engine, "stage", "stage")
+        wrap(engine.path, "begin", "begin (wait for the upload)")
+        wrap(engine, "_find", "find (detect/track, select, commit)")
+        wrap(scripted.inner, "detect", "  detector")
+        wrap(scripted.inner, "track", "  region tracker")
+        wrap(scripted, "faces_at", "  (the bench's scripted faces)")
+        if engine.landmarker is not None:
+            wrap(engine.landmarker, "landmarks", "landmarks (+ the bench's points)")
+            wrap(engine.landmarker.inner, "landmarks", "  106-point landmarker")
+        wrap(engine, "_patches", "patches (key, lookup, rewarp or render)")
+        wrap(engine_mod, "pose_key", "  pose key")
+        wrap(engine_mod, "rewarp", "  rewarp (hit)")
+        wrap(engine.renderer, "render", "  render (miss)")
+        wrap(engine.path, "paste", "paste")
+        wrap(engine.path, "fetch", "fetch (read-back)")
+        wrap(engine.path, "finish", "finish (write the regions)")
+        wrap(engine, "_verify", "verify (guards)")
+        staged = engine.stage(_camera_frame(engine, frames[0], True))
+        total_cpu = total_thread = total_wall = 0
+        for i in range(warmup + n):
+            scripted.index = i
+            fresh = _camera_frame(engine, frames[(i + 1) % len(frames)], True)
+            steps.on = i >= warmup
+            p0, t0, w0 = time.process_time_ns(), time.thread_time_ns(), time.perf_counter_ns()
+            nxt = engine.stage(fresh)
+            engine.process(staged, i, t_capture_ns=i * 16_666_667, in_place=True)
+            if steps.on:
+                total_cpu += time.process_time_ns() - p0
+                total_thread += time.thread_time_ns() - t0
+                total_wall += time.perf_counter_ns() - w0
+            del fresh
+            staged = nxt
+        steps.on = False
+        print(f"\n# host CPU by step, cache {'on (106-point key)' if cache_on else 'off'}, "
+              f"detect every {every}, {n} frames; us per frame\n")
+        print("| step | thread CPU | wall | calls/frame |")
+        print("|---|---:|---:|---:|")
+        for label, c in steps.cpu.items():
+            print(f"| {label} | {c / n / 1e3:.0f} | {steps.wall[label] / n / 1e3:.0f} | "
+                  f"{steps.calls[label] / n:.2f} |")
+        print(f"| **stage + process, the thread** | {total_thread / n / 1e3:.0f} | "
+              f"{total_wall / n / 1e3:.0f} | |")
+        print(f"| process, other threads | {(total_cpu - total_thread) / n / 1e3:.0f} | | |",
+              flush=True)
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase-seconds", type=float, default=6.0)
@@ -469,6 +560,8 @@ def main() -> None:
     ap.add_argument("--host-only", action="store_true")
     ap.add_argument("--no-host", action="store_true")
     ap.add_argument("--profile", action="store_true", help="cProfile the host (one row)")
+    ap.add_argument("--phases", action="store_true",
+                    help="then the host CPU by step of Engine.process (cache on and off)")
     ap.add_argument("--tree", default=None, help="run this livefuse tree (A/B)")
     ap.add_argument("--ab-live", type=float, default=0.0, metavar="SECONDS",
                     help="first, the live A/B of the landmarker and the GIL switch interval")
@@ -515,6 +608,8 @@ def main() -> None:
             live(paths, args.phase_seconds, args.soak_seconds, args.seed)
         if not args.no_host:
             host_rows(paths, args.n, args.warmup, args.profile)
+        if args.phases:
+            phase_rows(paths, args.n, args.warmup)
 
 
 if __name__ == "__main__":

@@ -338,8 +338,9 @@ class TorchLandmarker:
         yet checked; ``None`` when the faces are more than one run of the network takes.
 
         Apart, the crops' graph, the cast, the copy into the network's static input, its graph
-        and the cast back cost ~0.1 ms more host CPU on every frame the cache serves (cProfile
-        on the H200, docs/BENCHMARKS.md §12.5). The graph is keyed by the runner's
+        and the cast back are five launches where one replay does (the landmarker's host CPU
+        on the H200: 0.41-0.49 ms a frame fused, 0.43-0.58 apart, docs/BENCHMARKS.md §12.5;
+        it runs on every frame the cache serves). The graph is keyed by the runner's
         :attr:`~livefuse.models.graph_runner.TorchGraph.generation`: after an fp32 latch the
         next frame captures one around the fp32 module."""
         runner, n, s = self.runner, len(affines), self.input_size

@@ -305,14 +305,16 @@ def run(engine: Engine, target: Path, output: Path, progress: bool = True,
 
 def check_run_paths(target: Path, output: Path,
                     other_inputs: dict[str, Path | None] | None = None) -> None:
-    """Everything about ``target`` and ``output`` that can be refused before any work: an
-    output that is an input, a folder, an unknown target type, an output suffix that cannot
-    hold the target's kind (an image output for a video, ``.xyz``).
+    """Everything about the paths that can be refused before any work: an output that is an
+    input, an input that does not exist (``target`` or one of ``other_inputs``), a folder, an
+    unknown target type, an output suffix that cannot hold the target's kind (an image output
+    for a video, ``.xyz``).
 
     Raises:
         LivefuseError: naming the path and the problem.
     """
-    check_output_path(output, {"target": target, **(other_inputs or {})})
+    inputs = {"target": target, **(other_inputs or {})}
+    check_output_path(output, inputs)
     if target.is_dir():
         raise LivefuseError(f"target '{target}' is a folder; give an image or a video file")
     if is_image_path(target):
@@ -326,3 +328,6 @@ def check_run_paths(target: Path, output: Path,
     else:
         raise LivefuseError(f"target '{target}': unknown file type '{target.suffix}' (images: "
                             ".jpg .png .webp .bmp .tif; videos: .mp4 .mkv .mov .avi .webm)")
+    for name, path in inputs.items():
+        if path is not None and not path.exists():
+            raise LivefuseError(f"{name} '{path}': file not found")

@@ -40,6 +40,23 @@ def test_run_image(tmp_path: Path, astronaut_path: Path, t1_path: Path,
     assert load_image(out).bgr.shape == load_image(t1_path).bgr.shape
 
 
+@pytest.mark.parametrize("missing", ["source", "target", "reference"])
+def test_a_missing_input_is_named_before_any_work(tmp_path: Path, astronaut_path: Path,
+                                                  t1_path: Path, missing: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A missing source, target or reference is refused first: its name and path, exit 2, and
+    no engine line or source note before it (no model was chosen, no face detected)."""
+    gone = tmp_path / f"no_{missing}.jpg"
+    paths = {"source": astronaut_path, "target": t1_path, "reference": astronaut_path,
+             missing: gone}
+    out = tmp_path / "out.jpg"
+    code = _run("-s", paths["source"], "-t", paths["target"], "-o", out,
+                "--face-selector", "reference", "--reference", paths["reference"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{missing} '{gone}': file not found" in err
+    assert "engine:" not in err and "source:" not in err and not out.exists()
+
+
 @pytest.mark.parametrize("option", [["--video-encoder", "libx265"],
                                     ["--video-decoder", "nvdec"], ["--detect-every", "5"],
                                     ["--no-smooth"]])

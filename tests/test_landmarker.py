@@ -366,6 +366,19 @@ def test_the_crops_replay_as_a_graph_of_the_staged_frame(
     assert ("landmarks", 2, 192, 0) in owner.graphs and lm.graphs is None
 
 
+def _overflowing_fp16(replica: Path) -> TorchLandmarker:
+    """A CPU fp16 landmarker whose fp16 network answers NaN (an overflow); fp32 is untouched."""
+    lm = TorchLandmarker(replica, "cpu", "fp16")
+    real = lm.net.forward
+
+    def overflowing(x: torch.Tensor) -> Any:
+        out = real(x)
+        return [o.fill_(float("nan")) for o in out] if x.dtype == torch.float16 else out
+
+    lm.net.forward = overflowing  # type: ignore[method-assign]
+    return lm
+
+
 def test_a_non_finite_fused_run_falls_back_to_fp32_and_recaptures(
         replica: Path, photo_faces: tuple[np.ndarray, list[Face]]) -> None:
     """The crops-and-network graph of a staged frame is checked like the network alone: an
@@ -375,14 +388,7 @@ def test_a_non_finite_fused_run_falls_back_to_fp32_and_recaptures(
 
     img, faces = photo_faces
     stager = TensorStager("cpu")
-    lm = TorchLandmarker(replica, "cpu", "fp16")
-    real = lm.net.forward
-
-    def overflowing(x: torch.Tensor) -> Any:
-        out = real(x)
-        return [o.fill_(float("nan")) for o in out] if x.dtype == torch.float16 else out
-
-    lm.net.forward = overflowing  # type: ignore[method-assign]
+    lm = _overflowing_fp16(replica)
     ref = _insightface(replica, img, faces[:2])
     for _ in range(2):
         staged = stager.stage(img)
@@ -400,14 +406,7 @@ def test_non_finite_landmarks_fall_back_to_fp32(replica: Path,
     """A reduced-precision overflow never reaches the cache key: the batch is run again in
     fp32 and the landmarker stays there."""
     img, faces = photo_faces
-    lm = TorchLandmarker(replica, "cpu", "fp16")
-    real = lm.net.forward
-
-    def overflowing(x: torch.Tensor) -> Any:
-        out = real(x)
-        return [o.fill_(float("nan")) for o in out] if x.dtype == torch.float16 else out
-
-    lm.net.forward = overflowing  # type: ignore[method-assign]
+    lm = _overflowing_fp16(replica)
     got = lm.landmarks(img, faces[:2])
     assert lm.precision == "fp32 (fallback)" and lm.dtype == torch.float32
     assert all(np.isfinite(f.landmarks_106).all() for f in got)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from livefuse.config import (
     BACKEND_CHOICES,
@@ -101,13 +101,15 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
                         "classic: offline, no download; neural: inswapper_128 with buffalo_l's "
                         "det_10g detector and w600k_r50 recogniser (see `livefuse models`) "
                         "(default: %(default)s)")
-    p.add_argument("--precision", choices=PRECISION_CHOICES, default=d.precision,
+    # the options one engine reads default to None (not given), so that one given for the
+    # other engine is refused even when its value equals the default (check_engine_options)
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default=None,
                    help="neural: auto = fp16 on CUDA with compute capability >= 7.0, else fp32 "
-                        "(default: %(default)s)")
-    p.add_argument("--backend", choices=BACKEND_CHOICES, default=d.backend,
-                   help="neural: our PyTorch port or onnxruntime (default: %(default)s)")
-    p.add_argument("--device", default=d.device,
-                   help="neural: auto, cpu, cuda or cuda:N (default: %(default)s)")
+                        f"(default: {d.precision})")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, default=None,
+                   help=f"neural: our PyTorch port or onnxruntime (default: {d.backend})")
+    p.add_argument("--device", default=None,
+                   help=f"neural: auto, cpu, cuda or cuda:N (default: {d.device})")
     add_models_dir_arg(p, d.models_dir, "neural: model folder")
     selector = d.face_selector
     # None = not given: --target-face-index then implies `one` (engine_config)
@@ -125,9 +127,9 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
     p.add_argument("--detect-every", type=at_least(1), default=d.detect_every,
                    metavar="K", help="run detection every K frames and track in between "
                                      "(default: %(default)s)")
-    p.add_argument("--blend", choices=BLEND_CHOICES, default=d.blend,
+    p.add_argument("--blend", choices=BLEND_CHOICES, default=None,
                    help="classic: feather (soft alpha edge, keeps identity) or seamless (Poisson "
-                        "clone, washes identity out) (default: %(default)s)")
+                        f"clone, washes identity out) (default: {d.blend})")
     p.add_argument("--keep-mouth", action=argparse.BooleanOptionalAction, default=None,
                    help="keep the target's open inner mouth (teeth, tongue) over the swap: the "
                         "classic engine finds it from its 68 landmarks, the neural one with the "
@@ -139,10 +141,9 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
                         "upright; auto = for still images, and in a stream when no face is "
                         "found upright or one lies on its side; always = at every detection "
                         "(8x the detector's cost) (default: %(default)s)")
-    p.add_argument("--pixel-boost", type=int, choices=PIXEL_BOOST_CHOICES,
-                   default=d.pixel_boost,
+    p.add_argument("--pixel-boost", type=int, choices=PIXEL_BOOST_CHOICES, default=None,
                    help="neural: swap at this aligned size (the 128 px model on 2x2, 3x3 or 4x4 "
-                        "sub-grids: sharper, 4/9/16x the work) (default: %(default)s)")
+                        f"sub-grids: sharper, 4/9/16x the work) (default: {d.pixel_boost})")
     p.add_argument("--face-mask-types", nargs="+", choices=FACE_MASK_TYPE_CHOICES,
                    default=None, metavar="TYPE",
                    help="neural: masks on top of the feathered edge: box (padded, blurred box), "
@@ -152,8 +153,8 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
                    default=None, metavar="REGION",
                    help="neural, with the region mask: the regions swapped "
                         f"({', '.join(FACE_MASK_REGION_CHOICES)}) (default: all)")
-    p.add_argument("--face-mask-blur", type=float, default=d.face_mask_blur,
-                   help="neural, box mask: blur, 0..1 (default: %(default)s)")
+    p.add_argument("--face-mask-blur", type=float, default=None,
+                   help=f"neural, box mask: blur, 0..1 (default: {d.face_mask_blur})")
     p.add_argument("--face-mask-padding", type=float, nargs=4, default=None,
                    metavar=("TOP", "RIGHT", "BOTTOM", "LEFT"),
                    help="neural, box mask: padding in percent (default: 0 0 0 0)")
@@ -161,9 +162,9 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
                    help="face enhancer run on each swapped face at 512 px (needs its model: "
                         "`livefuse models fetch NAME`); with the cache on it runs on cache misses "
                         "only (default: none)")
-    p.add_argument("--enhancer-blend", type=float, default=d.enhancer_blend,
-                   help="0..100: how much of the enhancer's output is used "
-                        "(default: %(default)s)")
+    p.add_argument("--enhancer-blend", type=float, default=None,
+                   help="0..100: how much of the --enhancer's output is used "
+                        f"(default: {d.enhancer_blend})")
     p.add_argument("--no-smooth", dest="smooth", action="store_false",
                    help="do not steady landmarks between frames (One-Euro filter; default: on)")
 
@@ -175,13 +176,16 @@ _CLASSIC_ONLY = ("blend",)
 
 
 def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
-    """The options among ``names`` whose value differs from the parser's default (None for the
-    mask lists), spelled as on the command line."""
-    d: EngineConfig = args.engine_defaults
-    unset: dict[str, object] = {"face_mask_types": None, "face_mask_regions": None,
-                                "face_mask_padding": None}
-    return ["--" + n.replace("_", "-") for n in names
-            if getattr(args, n) != unset.get(n, getattr(d, n))]
+    """The options among ``names`` given on the command line (each defaults to None), spelled
+    as there."""
+    return ["--" + n.replace("_", "-") for n in names if getattr(args, n) is not None]
+
+
+_T = TypeVar("_T")
+
+
+def _or(value: _T | None, default: _T) -> _T:
+    return default if value is None else value
 
 
 def _face_selector(args: argparse.Namespace) -> FaceSelector:
@@ -223,19 +227,24 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
             work (see :func:`_face_selector`).
     """
     d: EngineConfig = args.engine_defaults
-    return EngineConfig(engine=args.engine, precision=args.precision, backend=args.backend,
-                        device=args.device, models_dir=args.models_dir,
+    if args.enhancer_blend is not None and args.enhancer is None:
+        raise ConfigError(f"--enhancer-blend {args.enhancer_blend:g}: it sets how much of the "
+                          "enhancer's output is used, and no --enhancer was given")
+    return EngineConfig(engine=args.engine, precision=_or(args.precision, d.precision),
+                        backend=_or(args.backend, d.backend),
+                        device=_or(args.device, d.device), models_dir=args.models_dir,
                         face_selector=_face_selector(args),
                         target_face_index=args.target_face_index,
-                        detect_every=args.detect_every, blend=args.blend,
+                        detect_every=args.detect_every, blend=_or(args.blend, d.blend),
                         keep_mouth=d.keep_mouth if args.keep_mouth is None else args.keep_mouth,
                         rotation=args.rotation,
-                        smooth=args.smooth, pixel_boost=args.pixel_boost,
+                        smooth=args.smooth, pixel_boost=_or(args.pixel_boost, d.pixel_boost),
                         face_mask_types=tuple(args.face_mask_types or d.face_mask_types),
                         face_mask_regions=tuple(args.face_mask_regions or d.face_mask_regions),
-                        face_mask_blur=args.face_mask_blur,
+                        face_mask_blur=_or(args.face_mask_blur, d.face_mask_blur),
                         face_mask_padding=tuple(args.face_mask_padding or d.face_mask_padding),
-                        enhancer=args.enhancer, enhancer_blend=args.enhancer_blend).validate()
+                        enhancer=args.enhancer,
+                        enhancer_blend=_or(args.enhancer_blend, d.enhancer_blend)).validate()
 
 
 def check_engine_options(args: argparse.Namespace, choice: EngineChoice) -> None:

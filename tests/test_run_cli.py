@@ -351,6 +351,11 @@ def test_an_engine_reused_for_still_images_carries_no_faces_between_them(
      "uses the classic engine (the neural models are not installed"),
     (("--engine", "classic", "--precision", "fp16"), "--precision: only the neural engine"),
     (("--engine", "neural", "--blend", "seamless"), "--blend: only the classic engine"),
+    # given with its default value: as ignored as any other value (a new user's trial)
+    (("--engine", "classic", "--face-mask-blur", "0.3"), "--face-mask-blur: only the neural"),
+    (("--engine", "classic", "--precision", "auto"), "--precision: only the neural engine"),
+    (("--enhancer-blend", "50",), "--enhancer-blend 50: it sets how much of the enhancer's "
+     "output is used, and no --enhancer was given"),
     (("--face-selector", "many", "--target-face-index", "1"),
      "--target-face-index picks one face: it cannot be used with --face-selector many"),
 ])

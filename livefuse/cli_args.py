@@ -170,8 +170,11 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
 
 
 # options that only one engine reads: given for the other one, they would be ignored silently
+# (the enhancer too: the settings panel and the README offer it with the neural engine only,
+# and its effect on the classic engine's faces is neither tested nor looked at)
 _NEURAL_ONLY = ("precision", "backend", "device", "pixel_boost", "face_mask_types",
-                "face_mask_regions", "face_mask_blur", "face_mask_padding")
+                "face_mask_regions", "face_mask_blur", "face_mask_padding", "enhancer",
+                "enhancer_blend")
 _CLASSIC_ONLY = ("blend",)
 
 

@@ -356,6 +356,7 @@ def test_an_engine_reused_for_still_images_carries_no_faces_between_them(
     (("--engine", "classic", "--precision", "auto"), "--precision: only the neural engine"),
     (("--enhancer-blend", "50",), "--enhancer-blend 50: it sets how much of the enhancer's "
      "output is used, and no --enhancer was given"),
+    (("--engine", "classic", "--enhancer", "gpen_bfr_512"), "--enhancer: only the neural"),
     (("--face-selector", "many", "--target-face-index", "1"),
      "--target-face-index picks one face: it cannot be used with --face-selector many"),
 ])

@@ -158,6 +158,15 @@ def run_live(args: argparse.Namespace) -> int:
         LivefuseError: unreadable source photo, no usable face, a missing model or bad
             settings (the CLI prints it, exit 2).
     """
+    if args.record is not None:  # as the path is typed, before any photo is read
+        from livefuse.io.sinks import RECORDING_SUFFIXES
+
+        if args.record.is_dir():
+            raise ConfigError(f"recording '{args.record}' is a folder; give the recording a "
+                              "file name (.mp4, .mkv or .mov)")
+        if args.record.suffix.lower() not in RECORDING_SUFFIXES:
+            raise ConfigError(f"recording '{args.record}': unsupported suffix "
+                              f"'{args.record.suffix}': use .mp4, .mkv or .mov")
     if args.video is not None and not args.video.is_file():
         raise VideoError(args.video, "file not found" if not args.video.exists() else
                          "is not a file")

@@ -410,6 +410,21 @@ def test_live_cli_missing_video_is_a_clear_error(tmp_path: Path,
     assert "nope.mp4': file not found" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("name", "says"), [("rec.avi", "unsupported suffix '.avi'"),
+                                             (".", "is a folder")])
+def test_live_cli_a_bad_recording_name_is_refused_first(
+        tmp_path: Path, name: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Named as typed, before the source photo is read (it was after, with the absolute path
+    and the word 'video')."""
+    from livefuse.cli import main
+
+    code = main(["live", "-s", str(tmp_path / "no_photo.png"), "--video",
+                 str(tmp_path / "no.mp4"), "--record", name, "--duration", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"recording '{name}'" in err and says in err
+    assert "no_photo" not in err and "no.mp4" not in err
+
+
 def test_live_cli_gives_up_on_a_camera_that_cannot_be_opened(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """No working camera: a bounded number of opens, then one line and a non-zero exit (it

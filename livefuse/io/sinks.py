@@ -310,6 +310,8 @@ RECORDER_BUFFER_BYTES = 192 * 2**20
 """Frames waiting for the recorder's encoder, in bytes (about one second of 1080p at 30 fps):
 a frame beyond it replaces the oldest waiting one (counted in ``dropped``), so a slow encoder
 never holds up the inference thread and never grows memory without bound."""
+RECORDING_SUFFIXES = frozenset({".mp4", ".mkv", ".mov"})
+"""What a recording may be written as (H.264 with its audio copied)."""
 _AUDIO_IN_MP4 = frozenset({"aac", "mp3", "ac3", "eac3", "alac", "opus", "flac"})
 
 
@@ -430,7 +432,7 @@ class RecorderSink(Sink):
         if self.path.is_dir():  # before the suffix: '.' or 'recordings/' named no file
             raise VideoError(self.path, "is a folder; give the recording a file name (.mp4, "
                                         ".mkv or .mov)")
-        if self.path.suffix.lower() not in {".mp4", ".mkv", ".mov"}:
+        if self.path.suffix.lower() not in RECORDING_SUFFIXES:
             raise VideoError(self.path, f"unsupported recording suffix '{self.path.suffix}': "
                                         "use .mp4, .mkv or .mov")
         # the file opens at the first frame, on the writer thread: a path that cannot be
@@ -695,5 +697,5 @@ class CallbackSink(Sink):
         self.callback(frame, t_capture_ns)
 
 
-__all__ = ["RECORDER_BUFFER_BYTES", "CallbackSink", "MediaClock", "PreviewSink", "RecorderSink",
-           "Sink", "VirtualCameraSink", "letterbox"]
+__all__ = ["RECORDER_BUFFER_BYTES", "RECORDING_SUFFIXES", "CallbackSink", "MediaClock",
+           "PreviewSink", "RecorderSink", "Sink", "VirtualCameraSink", "letterbox"]

@@ -159,8 +159,12 @@ def run_live(args: argparse.Namespace) -> int:
             settings (the CLI prints it, exit 2).
     """
     if args.record is not None:  # as the path is typed, before any photo is read
+        from livefuse.io.paths import check_output
         from livefuse.io.sinks import RECORDING_SUFFIXES
 
+        # an input first: "is the source photo itself" says more than "unsupported suffix"
+        check_output(args.record, {"video input": args.video, "source photo": args.source,
+                                   "reference photo": args.reference}, what="recording")
         if args.record.is_dir():
             raise ConfigError(f"recording '{args.record}' is a folder; give the recording a "
                               "file name (.mp4, .mkv or .mov)")

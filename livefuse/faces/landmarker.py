@@ -202,9 +202,11 @@ class OrtLandmarker:
 class TorchLandmarker:
     """The 106-point landmarker in PyTorch on the device that holds the frame: every face's crop
     in one ``grid_sample`` of the staged frame, one network run (one per face when the export
-    fixes its batch at 1 inside the graph), one read-back of ``(N, 212)``. On a CUDA device the
-    network replays a CUDA graph per batch size (:class:`~livefuse.models.graph_runner.TorchGraph`),
-    captured by the engine's warm-up (:meth:`livefuse.engine.Engine.warm_up`).
+    fixes its batch at 1 inside the graph), one read-back of ``(N, 212)``. On a frame staged with
+    its size's graph-cache entry (the live path) crops and network replay as one CUDA graph of
+    that entry (:meth:`_fused`); otherwise the network replays a CUDA graph per batch size
+    (:class:`~livefuse.models.graph_runner.TorchGraph`). Both are captured by the engine's
+    warm-up (:meth:`livefuse.engine.Engine.warm_up`).
 
     Args:
         path: the ``2d106det.onnx`` file, run by :class:`~livefuse.models.onnx_torch.OnnxModule`.

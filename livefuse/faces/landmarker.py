@@ -54,7 +54,7 @@ CROP_SCALE = 1.5
 def crop_affine(bbox: npt.ArrayLike, size: int = INPUT_SIZE) -> npt.NDArray[np.float64]:
     """The ``(2, 3)`` affine frame px → crop px of insightface's landmark crop for ``bbox``
     (x1, y1, x2, y2): centre on the bbox centre, scale ``size / (1.5 · longer side)``."""
-    x1, y1, x2, y2 = (float(v) for v in np.asarray(bbox, np.float64).reshape(4))
+    x1, y1, x2, y2 = np.asarray(bbox, np.float64).reshape(4).tolist()
     s = size / (max(x2 - x1, y2 - y1, 1e-6) * CROP_SCALE)
     cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
     return np.array([[s, 0.0, size / 2 - s * cx], [0.0, s, size / 2 - s * cy]], np.float64)
@@ -75,24 +75,35 @@ def crop_region(affines: npt.NDArray[np.float64], frame_size: tuple[int, int],
     return (int(x0), int(y0), int(x1), int(y1)) if x1 > x0 and y1 > y0 else None
 
 
+def _inverse(m: npt.NDArray[np.float64]) -> tuple[float, float, float, float, float, float]:
+    """The inverse of the affine ``m`` ``(2, 3)`` (``cv2.invertAffineTransform``'s values), as
+    ``a, b, tx, c, d, ty`` Python floats: on one face a frame, a few float operations where
+    numpy and cv2 calls cost microseconds each (host CPU on every cached frame)."""
+    (a, b, tx), (c, d, ty) = m.tolist()
+    det = a * d - b * c
+    det = 1.0 / det if det else 0.0
+    ia, ib, ic, id_ = d * det, -b * det, -c * det, a * det
+    return ia, ib, -(ia * tx + ib * ty), ic, id_, -(ic * tx + id_ * ty)
+
+
 def crop_theta(affines: npt.NDArray[np.float64], region: tuple[int, int, int, int],
                size: int = INPUT_SIZE) -> npt.NDArray[np.float32]:
     """``(N, 2, 3) float32`` matrices for ``F.affine_grid(align_corners=False)`` that sample
     the crops of ``affines`` (frame px → crop px) from ``region`` (x0, y0, x1, y1 of the frame)
     exactly where ``cv2.warpAffine`` samples the whole frame (pixel centres on integers)."""
     x0, y0, x1, y1 = region
-    rw, rh = x1 - x0, y1 - y0
-    # the grid's normalised crop coordinate u is crop px (u + 1)·size/2 - 1/2 ...
-    out_px = np.array([[size / 2, 0.0, (size - 1) / 2], [0.0, size / 2, (size - 1) / 2],
-                       [0.0, 0.0, 1.0]])
-    # ... and frame px p is read at the region's normalised (2·(p - x0) + 1) / rw - 1
-    region_norm = np.array([[2 / rw, 0.0, (1 - 2 * x0) / rw - 1],
-                            [0.0, 2 / rh, (1 - 2 * y0) / rh - 1], [0.0, 0.0, 1.0]])
-    theta = np.empty((len(affines), 2, 3), np.float32)
-    for i, m in enumerate(affines):
-        inv = np.vstack([cv2.invertAffineTransform(m), [0.0, 0.0, 1.0]])
-        theta[i] = (region_norm @ inv @ out_px)[:2]
-    return theta
+    # the grid's normalised crop coordinate u is crop px (u + 1)·size/2 - 1/2, and frame px p
+    # is read at the region's normalised (2·(p - x0) + 1) / rw - 1: theta is
+    # region_norm @ inverse(affine) @ out_px, multiplied out
+    half, mid = size / 2, (size - 1) / 2
+    sx, sy = 2.0 / (x1 - x0), 2.0 / (y1 - y0)
+    ox, oy = (1 - 2 * x0) / (x1 - x0) - 1, (1 - 2 * y0) / (y1 - y0) - 1
+    rows = []
+    for m in affines:
+        a, b, tx, c, d, ty = _inverse(m)
+        rows.append(((sx * a * half, sx * b * half, sx * ((a + b) * mid + tx) + ox),
+                     (sy * c * half, sy * d * half, sy * ((c + d) * mid + ty) + oy)))
+    return np.array(rows, np.float32).reshape(len(affines), 2, 3)
 
 
 def _crops_t(frame_t: Any, theta: Any, size: int, mean: float, std: float) -> Any:
@@ -116,11 +127,13 @@ def decode(pred: npt.ArrayLike, affines: npt.NDArray[np.float64],
     """Network output ``(N, 212)`` (x, y in [-1, 1] of the crop) → ``(N, 106, 2) float32``
     frame px, through the inverse of each face's crop affine ``(N, 2, 3)``."""
     p = np.asarray(pred, np.float64).reshape(len(affines), -1, 2)[:, -COUNT:]
-    p = (p + 1.0) * (size // 2)
+    k = float(size // 2)
     out = np.empty(p.shape, np.float32)
     for i, m in enumerate(affines):
-        inv = cv2.invertAffineTransform(m)
-        out[i] = p[i] @ inv[:, :2].T + inv[:, 2]
+        a, b, tx, c, d, ty = _inverse(m)
+        # (p + 1)·k in crop px, then the inverse affine: folded into one matrix and offset
+        out[i] = p[i] @ np.array([[a * k, c * k], [b * k, d * k]]) + (
+            (a + b) * k + tx, (c + d) * k + ty)
     return out
 
 

@@ -615,7 +615,10 @@ class TorchScrfd:
         top = max(self.strides)
         if size <= 0 or size % top:
             raise ValueError(f"size {size} must be a positive multiple of {top}")
-        r = torch.as_tensor(rects, dtype=torch.float32).reshape(-1, 4).cpu()
+        # on the host as numpy: the squares are worked out there (torch's per-call overhead on
+        # one or two rects is host CPU on every tracked frame)
+        r = (rects.detach().cpu().numpy() if isinstance(rects, torch.Tensor)
+             else np.asarray(rects)).astype(np.float32).reshape(-1, 4)
         results: list[Detection | None] = []
         if not len(r):
             return results
@@ -624,13 +627,12 @@ class TorchScrfd:
             results += self._regions_chunk(frame_t, r[start:start + biggest], size)
         return results
 
-    def _regions_chunk(self, frame_t: torch.Tensor, rects: torch.Tensor, size: int
+    def _regions_chunk(self, frame_t: torch.Tensor, r: npt.NDArray[np.float32], size: int
                        ) -> list[Detection | None]:
-        n = int(rects.shape[0])
+        n = int(r.shape[0])
         batch = next(b for b in REGION_BATCHES if b >= n)
         key = ("regions", batch, size)
         # x0, y0, side of the square around each rect; padding rows repeat the first
-        r = rects.numpy().astype(np.float32)
         side = np.maximum(np.maximum(r[:, 2] - r[:, 0], r[:, 3] - r[:, 1]), 1.0)
         sq = np.empty((batch, 3), np.float32)
         sq[:n] = np.stack(((r[:, 0] + r[:, 2]) / 2 - side / 2, (r[:, 1] + r[:, 3]) / 2 - side / 2,

@@ -190,7 +190,7 @@ class CudaGraphs:
         dev.copy_(host, non_blocking=True)
         # one event per parameter, recorded again (a new one each frame is host CPU too)
         done = token if token is not None else torch.cuda.Event()
-        done.record()
+        done.record(current_stream(self.device))
         return done
 
     def free(self, tensors: Iterable[Any]) -> None:
@@ -329,9 +329,10 @@ class Owner:
 
         self._check()
         arr = np.ascontiguousarray(values)
-        dtype = torch.from_numpy(arr[:0]).dtype
         entry = self._params.get(name)
-        if entry is None or tuple(entry[0].shape) != arr.shape or entry[0].dtype != dtype:
+        # the host copy's numpy view tells shape and dtype without a torch call per frame
+        if entry is None or entry[3].shape != arr.shape or entry[3].dtype != arr.dtype:
+            dtype = torch.from_numpy(arr[:0]).dtype
             backend = self._cache.backend
             host = backend.staging(arr.shape, dtype)
             entry = [host, torch.empty(arr.shape, dtype=dtype, device=self.device), None,
@@ -489,24 +490,60 @@ def ladder(start: int, stop: int, ratio: float, multiple: int) -> tuple[int, ...
 _WAIT = threading.local()
 
 
+def current_stream(device: Any) -> Any:
+    """``torch.cuda.current_stream(device)`` for the calling thread, made once per thread and
+    stream: the public call resolves the device and builds a new ``Stream`` in Python each time
+    (about 5 µs on the H200's host, 8 times a frame on the live path: docs/BENCHMARKS.md
+    §12.6), while the stream's raw id is one C call, compared here against the cached one (a
+    ``torch.cuda.stream`` context or a graph capture changes it, and a new object is made).
+
+    Args:
+        device: a CUDA ``torch.device`` with an index, or the index itself.
+    """
+    import torch
+
+    index = device if isinstance(device, int) else device.index
+    raw = _raw_stream(index)
+    streams = getattr(_WAIT, "streams", None)
+    if streams is None:
+        streams = _WAIT.streams = {}
+    hit = streams.get(index)
+    if hit is not None and hit[0] == raw and raw is not None:
+        return hit[1]
+    stream = torch.cuda.current_stream(index)
+    streams[index] = (raw, stream)
+    return stream
+
+
+def _raw_stream(index: int) -> Any:
+    """The current stream's ``(id, device index, device type)`` (torch's own binding, which
+    ``torch.cuda.current_stream`` reads); ``None`` where this torch build lacks it."""
+    import torch
+
+    get = getattr(torch._C, "_cuda_getCurrentStream", None)
+    return None if get is None else get(index)
+
+
 def host_wait(device: Any) -> None:
     """Block the calling thread until the work queued on ``device``'s current stream is done,
     without spinning: a stream sync busy-waits a CPU core for the whole GPU time (the host CPU
     figure of docs/BENCHMARKS.md counted it), a blocking event sleeps in the driver."""
     import torch
 
-    dev = torch.device(device)
+    dev = device if isinstance(device, torch.device) else torch.device(device)
     if dev.type != "cuda":
         return
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
     events = getattr(_WAIT, "events", None)
     if events is None:
         events = _WAIT.events = {}
     ev = events.get(dev.index)
     if ev is None:
         ev = events[dev.index] = torch.cuda.Event(blocking=True)
-    ev.record(torch.cuda.current_stream(dev))
+    ev.record(current_stream(dev))
     ev.synchronize()
 
 
 __all__ = ["CudaGraphs", "EagerGraphs", "Graph", "GraphBackend", "GraphCache", "Owner", "bucket",
-           "cuda_captures", "host_wait", "ladder", "make_graph_cache"]
+           "cuda_captures", "current_stream", "host_wait", "ladder", "make_graph_cache"]

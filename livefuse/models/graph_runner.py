@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from livefuse.errors import LivefuseError
-from livefuse.models.graph_cache import GraphCache, make_graph_cache
+from livefuse.models.graph_cache import GraphCache, current_stream, make_graph_cache
 from livefuse.precision import probe_device, resolve_precision
 
 log = logging.getLogger(__name__)
@@ -336,7 +336,7 @@ class TorchGraph:
         done = None
         if cuda:
             done = torch.cuda.Event()
-            done.record()
+            done.record(current_stream(total.device))
         self._pending.append((host, done))
         if len(self._pending) > 16:  # nobody verifies: judge the oldest now rather than grow
             self.verify()

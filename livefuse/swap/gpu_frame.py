@@ -33,6 +33,7 @@ from livefuse.models.graph_cache import (
     GraphCache,
     Owner,
     bucket,
+    current_stream,
     host_wait,
     ladder,
     make_graph_cache,
@@ -395,10 +396,20 @@ class FrameStager:
             self.copies += 1
             np.copyto(slot.host_np, frame)
         src = slot.host if lent is None else lent.tensor
-        with torch.cuda.stream(self._stream):
-            slot.device.copy_(src, non_blocking=True)
-            ready = torch.cuda.Event()
-            ready.record(self._stream)
+        ready = torch.cuda.Event()
+        prev = current_stream(torch.cuda.current_device())
+        if prev.device_index == self._stream.device_index:
+            # ``torch.cuda.stream``'s context without its Python device lookups (host CPU
+            # on every frame of a live session); the current stream is the thread's own
+            torch.cuda.set_stream(self._stream)
+            try:
+                slot.device.copy_(src, non_blocking=True)
+            finally:
+                torch.cuda.set_stream(prev)
+        else:
+            with torch.cuda.stream(self._stream):
+                slot.device.copy_(src, non_blocking=True)
+        ready.record(self._stream)
         slot.uploaded = ready
         if lent is not None:
             lent.uploaded = ready  # not lent again before the upload has read it
@@ -417,12 +428,11 @@ class FrameStager:
         at it and ``staged.graphs`` at the size's graph-cache entry (which holds it), so the
         frame's align and paste replay graphs bound to one address. Called on the inference
         thread, once per frame."""
-        import torch
 
         if staged.device is None:
             return
         if staged.ready is not None:
-            torch.cuda.current_stream(staged.device.device).wait_event(staged.ready)
+            current_stream(staged.device.device).wait_event(staged.ready)
             staged.ready = None
         _to_work_frame(self.graphs, staged)
 

@@ -292,6 +292,7 @@ class NeuralSwapper:
         """
         import torch
 
+        from livefuse.models.graph_cache import current_stream
         from livefuse.models.torch_runner import TorchRunner
 
         self._tick()
@@ -307,7 +308,7 @@ class NeuralSwapper:
                 self._deferred.copy_(stats, non_blocking=cuda)
                 self._deferred_done = torch.cuda.Event() if cuda else None
                 if self._deferred_done is not None:
-                    self._deferred_done.record()
+                    self._deferred_done.record(current_stream(stats.device))
                 return out.clone()
             reason = next((r for r in bad_tensor_reasons(out) if r is not None), None)
             if reason is not None:

@@ -206,3 +206,50 @@ def test_a_warm_up_frees_what_an_earlier_one_froze() -> None:
         assert gone() is None
     finally:
         gc.unfreeze()
+
+
+def test_the_current_stream_is_made_again_when_the_thread_changes_stream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-thread stream cache of the live path (``current_stream``) hands back its object
+    only while torch's raw current stream is the one it was made for: under a
+    ``torch.cuda.stream`` context or a graph capture the raw id changes, and so must the object
+    (a stale one would record events on the wrong stream). Driven on the CPU with torch's two
+    calls stood in for."""
+    import threading
+
+    from livefuse.models import graph_cache
+
+    raw = {"id": (7, 0, 1)}
+    made: list[tuple[int, int, int]] = []
+
+    class FakeStream:
+        def __init__(self, ident: tuple[int, int, int]) -> None:
+            self.ident = ident
+
+    def public(index: int) -> FakeStream:
+        made.append(raw["id"])
+        return FakeStream(raw["id"])
+
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentStream", lambda i: raw["id"], raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", public)
+    monkeypatch.setattr(graph_cache, "_WAIT", threading.local())
+
+    first = graph_cache.current_stream(0)
+    assert graph_cache.current_stream(0) is first and len(made) == 1
+    raw["id"] = (9, 0, 1)  # e.g. inside torch.cuda.stream(side)
+    side = graph_cache.current_stream(0)
+    assert side is not first and side.ident == (9, 0, 1)
+    raw["id"] = (7, 0, 1)
+    assert graph_cache.current_stream(0).ident == (7, 0, 1)
+    # another thread has its own current stream, so its own cache
+    other: list[FakeStream] = []
+    t = threading.Thread(target=lambda: other.append(graph_cache.current_stream(0)))
+    t.start()
+    t.join()
+    assert other[0] is not first and len(made) == 4
+    # without torch's raw binding nothing is cached: each call asks torch
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentStream", None, raising=False)
+    n = len(made)
+    graph_cache.current_stream(0)
+    graph_cache.current_stream(0)
+    assert len(made) == n + 2

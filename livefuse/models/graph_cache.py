@@ -493,9 +493,10 @@ _WAIT = threading.local()
 def current_stream(device: Any) -> Any:
     """``torch.cuda.current_stream(device)`` for the calling thread, made once per thread and
     stream: the public call resolves the device and builds a new ``Stream`` in Python each time
-    (about 5 µs on the H200's host, 8 times a frame on the live path: docs/BENCHMARKS.md
-    §12.6), while the stream's raw id is one C call, compared here against the cached one (a
-    ``torch.cuda.stream`` context or a graph capture changes it, and a new object is made).
+    (8 times a frame on the live path; 78 ms over 2,420 calls under cProfile on the H200's
+    host, docs/BENCHMARKS.md §12.6), while the stream's raw id is one C call, compared here
+    against the cached one (a ``torch.cuda.stream`` context or a graph capture changes it, and
+    a new object is made).
 
     Args:
         device: a CUDA ``torch.device`` with an index, or the index itself.

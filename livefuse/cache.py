@@ -21,6 +21,7 @@ mouth: such a face is never served from the cache (every lookup is a miss).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ from livefuse.types import Face, FloatArray, Frame
 
 # Tolerances of the similarity score (one "sigma" per component): how far a component may move
 # before the cached swap visibly lags. dlib's frame-to-frame landmark noise on a still face is
-# about 0.03 shape units (~1.5 px on a 150-px face), 2-3 degrees of solvePnP yaw/pitch and 0.03 of
+# about 0.03 shape units (~1.5 px on a 150-px face), 2-3 degrees of yaw/pitch and 0.03 of
 # the openness ratios (measured on the motion clip of benchmarks/bench_cache.py); a real blink
 # moves eye_open by ~0.15 and speech moves mouth_open by 0.1-0.4.
 SHAPE_SIGMA = 0.06  # RMS landmark offset, in units of the face's RMS radius
@@ -43,7 +44,7 @@ POSE_SIGMA_DEG = 10.0  # yaw / pitch
 OPENNESS_SIGMA = 0.12  # mouth-open and eye-open ratios
 COLOUR_SIGMA = 12.0  # mean BGR of the face crop, 0..255 levels
 
-# A generic 3D face (mm) for solvePnP, in the iBUG 68-point indices it stands for:
+# A generic 3D face (mm) for the head pose, in the iBUG 68-point indices it stands for:
 # nose tip 30, chin 8, eye outer corners 36/45, mouth corners 48/54. Values from the widely used
 # "head pose estimation" generic model (Mallick, LearnOpenCV 2016).
 _MODEL_3D = np.array([
@@ -64,8 +65,9 @@ class PoseKey:
     Attributes:
         shape: ``(N, 2) float32`` landmarks (68 or 106) or kps (5) with translation, scale and
             in-plane rotation removed (centred, unit RMS radius, eye line horizontal).
-        yaw, pitch, roll: head pose in degrees (``solvePnP`` (SQPnP, Terzakis & Lourakis 2020)
-            on a generic 3D face; zeros when only kps are known).
+        yaw, pitch, roll: head pose in degrees (a weak-perspective fit of a generic 3D face,
+            corrected for the line of sight: :func:`_head_pose`; zeros when only kps are
+            known).
         mouth_open: inner-lip gap / mouth width (0 closed, ~0.5 wide open); with 106 landmarks
             the mouth region's height over its width, whose changes are the gap's changes (see
             :func:`livefuse.faces.landmarks106.region_openness`).
@@ -97,20 +99,77 @@ def _normalise(points: FloatArray, left_eye: FloatArray, right_eye: FloatArray) 
     return (p / radius).astype(np.float32)
 
 
-def _head_pose(points: npt.NDArray[np.floating[Any]], size: tuple[int, int]
-               ) -> tuple[float, float, float]:
-    """Yaw, pitch, roll (degrees) from the 6 image points of :data:`_MODEL_3D`, in its order."""
-    w, h = size
-    cam = np.array([[w, 0, w / 2], [0, w, h / 2], [0, 0, 1]], np.float64)
-    ok, rvec, _ = cv2.solvePnP(_MODEL_3D, np.asarray(points, np.float64), cam, None,
-                               flags=cv2.SOLVEPNP_SQPNP)
-    if not ok:
+# _MODEL_3D centred, and the rows of its least-squares pseudo-inverse: the weak-perspective
+# fit of :func:`_head_pose` is then one weighted sum of the image points (no solver per frame)
+_MODEL_CENTRED = _MODEL_3D - _MODEL_3D.mean(0)
+_MODEL_PINV: tuple[tuple[float, float, float], ...] = tuple(
+    tuple(row) for row in (_MODEL_CENTRED @ np.linalg.inv(_MODEL_CENTRED.T @ _MODEL_CENTRED))
+    .tolist())
+
+
+def _head_pose(points: npt.NDArray[np.floating[Any]] | Sequence[Sequence[float]],
+               size: tuple[int, int]) -> tuple[float, float, float]:
+    """Yaw, pitch, roll (degrees) from the 6 image points of :data:`_MODEL_3D`, in its order.
+
+    A weak-perspective (scaled orthographic) fit, corrected for the line of sight: the 2×3
+    linear map that takes the centred model onto the centred image points in the least-squares
+    sense gives the first two rows of the rotation (made orthonormal; the third is their cross
+    product), which is then turned from the line of sight through the points' centroid onto the
+    optical axis of a camera whose focal length is the frame width (the camera ``solvePnP`` was
+    given here before). Closed form, in Python floats: 12-15 µs on the 2-core machine, where
+    OpenCV's SQPnP took 46-139 µs on the faces of t1.jpg (its iterations depend on the points).
+    Against SQPnP on perspective projections of the model (yaw ±60°, pitch ±35°, roll ±40°,
+    faces of 10-60 % of a 1080p frame's height anywhere in it, 0.5 px noise): median 1.6° /
+    1.4° / 0.6° apart, 95th percentile under 5° (``tests/test_cache.py``); the key compares a
+    face with itself a few frames earlier through this same function, and its pose tolerance is
+    :data:`POSE_SIGMA_DEG`.
+    """
+    pts = points.tolist() if isinstance(points, np.ndarray) else [list(p) for p in points]
+    n = len(pts)
+    mx = sum(p[0] for p in pts) / n
+    my = sum(p[1] for p in pts) / n
+    a0x = a0y = a0z = a1x = a1y = a1z = 0.0
+    for (x, y), (px, py, pz) in zip(pts, _MODEL_PINV, strict=True):
+        x -= mx
+        y -= my
+        a0x += x * px
+        a0y += x * py
+        a0z += x * pz
+        a1x += y * px
+        a1y += y * py
+        a1z += y * pz
+    n0 = math.sqrt(a0x * a0x + a0y * a0y + a0z * a0z)
+    n1 = math.sqrt(a1x * a1x + a1y * a1y + a1z * a1z)
+    if not (n0 > 0 and n1 > 0 and math.isfinite(n0 + n1)):
         return 0.0, 0.0, 0.0
-    r, _ = cv2.Rodrigues(rvec)
-    sy = math.hypot(r[0, 0], r[1, 0])
-    pitch = math.degrees(math.atan2(r[2, 1], r[2, 2]))
-    yaw = math.degrees(math.atan2(-r[2, 0], sy))
-    roll = math.degrees(math.atan2(r[1, 0], r[0, 0]))
+    e1 = (a0x / n0, a0y / n0, a0z / n0)
+    e2 = (a1x / n1, a1y / n1, a1z / n1)
+    # orthonormal rows, the correction split between them
+    c = (e1[0] * e2[0] + e1[1] * e2[1] + e1[2] * e2[2]) / 2
+    r1 = [e1[i] - c * e2[i] for i in range(3)]
+    r2 = [e2[i] - c * e1[i] for i in range(3)]
+    k1, k2 = math.sqrt(sum(v * v for v in r1)), math.sqrt(sum(v * v for v in r2))
+    r1, r2 = [v / k1 for v in r1], [v / k2 for v in r2]
+    r3 = [r1[1] * r2[2] - r1[2] * r2[1], r1[2] * r2[0] - r1[0] * r2[2],
+          r1[0] * r2[1] - r1[1] * r2[0]]
+    # the rotation that takes the optical axis onto the line of sight through the centroid
+    w, h = size
+    vx, vy = (mx - w / 2) / w, (my - h / 2) / w
+    off = math.hypot(vx, vy)
+    if off > 1e-12:
+        norm = math.sqrt(off * off + 1.0)
+        cos_t, sin_t = 1.0 / norm, off / norm
+        kx, ky = -vy / off, vx / off
+        one_c = 1.0 - cos_t
+        rv = ((cos_t + kx * kx * one_c, kx * ky * one_c, ky * sin_t),
+              (kx * ky * one_c, cos_t + ky * ky * one_c, -kx * sin_t),
+              (-ky * sin_t, kx * sin_t, cos_t))
+        rows = (r1, r2, r3)
+        r1, r2, r3 = ([sum(rv[i][k] * rows[k][j] for k in range(3)) for j in range(3)]
+                      for i in range(3))
+    pitch = math.degrees(math.atan2(r3[1], r3[2]))
+    yaw = math.degrees(math.atan2(-r3[0], math.hypot(r1[0], r2[0])))
+    roll = math.degrees(math.atan2(r2[0], r1[0]))
     # The generic model has y up, images y down: fold pitch into (-90, 90].
     if pitch > 90:
         pitch -= 180

@@ -195,9 +195,13 @@ def test_106_key_ignores_the_similarity_transform_and_sees_the_expression() -> N
     b = pose_key(frame, _face(face_points_106(340, 230, 104, angle_deg=20)))
     assert np.abs(a.shape - b.shape).max() < 1e-3
     assert abs(a.mouth_open - b.mouth_open) < 1e-6 and abs(a.eye_open - b.eye_open) < 1e-6
-    # the same head pose (solvePnP's perspective moves it a little off the frame's centre)
+    # the same head pose, but for the line of sight: the face moved by 40 x 30 px in a frame
+    # whose focal length is taken as its width (640 px), and looking the same from there means
+    # it turned by 3-4 degrees towards the camera (POSE_SIGMA_DEG is 10)
     assert abs(a.yaw - b.yaw) < 5 and abs(a.pitch - b.pitch) < 5 and abs(b.roll - a.roll) > 10
-    assert a.sees_expression and similarity(a, b) > 0.95
+    assert a.sees_expression and similarity(a, b) > 0.85
+    still = pose_key(frame, _face(face_points_106(300, 200, 104, angle_deg=20)))
+    assert similarity(a, still) > 0.95  # where it stands: scale and roll alone
     opened = pose_key(frame, _face(face_points_106(300, 200, 80, mouth_gap=0.27)))
     assert opened.mouth_open - a.mouth_open == pytest.approx(0.3, abs=1e-6)  # gap / width
     closed = pose_key(frame, _face(face_points_106(300, 200, 80, eye_open=0.05)))

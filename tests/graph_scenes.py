@@ -38,3 +38,50 @@ def align_and_paste_scene(cache: GraphCache, device: str) -> None:
         calls += 2
         assert torch.equal(work, eager), step
     assert cache.captures < calls  # moving faces replayed graphs already captured
+
+
+def cached_patch_scene(cache: GraphCache, device: str) -> list[bool]:
+    """A cached patch pasted again and again as its face moves (a cache hit: the same tensors
+    with a new affine), then written in place, then another patch of the same size, then the
+    first again: every paste through the graph equals the eager paste. Returns, per paste,
+    whether it filled the paste's static buffers (``torch.stack`` into them)."""
+    from livefuse.swap.paste import rewarp
+
+    rng = np.random.default_rng(3)
+    base = torch.from_numpy(rng.integers(0, 256, (360, 640, 3), dtype=np.uint8)).to(device)
+    owner = cache.owner(tuple(base.shape))
+    work = owner.buffer("frame", tuple(base.shape), torch.uint8)
+    mask = torch.from_numpy(np.array(feather_mask(128))).to(device)
+    kps = face_kps(300, 180, 60)
+    cached = Patch(image=torch.rand(3, 128, 128, device=device), alpha=mask,
+                   affine=arcface_affine(kps))
+    other = Patch(image=torch.rand(3, 128, 128, device=device), alpha=mask.clone(),
+                  affine=cached.affine)
+    fills: list[bool] = []
+    real_stack = torch.stack
+
+    def paste(patch: Patch) -> None:
+        filled = []
+
+        def counting(*a: object, **k: object) -> torch.Tensor:
+            filled.append("out" in k)
+            return real_stack(*a, **k)  # type: ignore[arg-type]
+
+        eager = base.clone()
+        rois = paste_patches(eager, [patch])
+        work.copy_(base)
+        torch.stack = counting  # type: ignore[assignment]
+        try:
+            assert paste_patches(work, [patch], graphs=owner) == rois
+        finally:
+            torch.stack = real_stack
+        assert torch.equal(work, eager), len(fills)
+        fills.append(any(filled))
+
+    for step in range(4):  # the face moves: hits re-warp the same tensors
+        paste(rewarp(cached, kps, kps + 3.0 * step))
+    cached.image.mul_(0.5)  # written in place: its version moves
+    paste(cached)
+    paste(other)
+    paste(cached)
+    return fills

@@ -195,6 +195,17 @@ def test_align_and_paste_graphs_equal_the_eager_functions() -> None:
     align_and_paste_scene(GraphCache(CudaGraphs("cuda")), "cuda")
 
 
+def test_a_cache_hit_pastes_without_refilling_the_static_buffers() -> None:
+    """The CPU test's scene on CUDA graphs: a cached patch pasted again is not stacked into the
+    paste graph's buffers again, and every paste equals the eager one."""
+    from graph_scenes import cached_patch_scene
+
+    from livefuse.models.graph_cache import CudaGraphs, GraphCache
+
+    fills = cached_patch_scene(GraphCache(CudaGraphs("cuda")), "cuda")
+    assert fills == [True, False, False, False, True, True, True]
+
+
 class _Scripted:
     """The real analyser's work, then scripted faces (``faces``, set by the test)."""
 

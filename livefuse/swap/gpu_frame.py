@@ -23,6 +23,7 @@ those run instead. Everything here imports torch lazily, so ``import livefuse`` 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -236,8 +237,12 @@ def paste_patches(frame_t: torch.Tensor, patches: Sequence[Patch | None],
         key = ("paste", len(idx), ph, pw, images[0].dtype, alphas[0].dtype)
         imgs = graphs.buffer((*key, "images"), (len(idx), 3, ph, pw), images[0].dtype)
         alps = graphs.buffer((*key, "alphas"), (len(idx), ph, pw), alphas[0].dtype)
-        torch.stack(images, out=imgs)
-        torch.stack(alphas, out=alps)
+        held = graphs.value((*key, "held"), lambda: [()])
+        sources = (*images, *alphas)
+        if not _holds(held[0], sources):
+            torch.stack(images, out=imgs)
+            torch.stack(alphas, out=alps)
+            held[0] = _stamp(sources)
         q = graphs.params(key, params)
 
         def run(f: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
@@ -249,13 +254,44 @@ def paste_patches(frame_t: torch.Tensor, patches: Sequence[Patch | None],
     return rois
 
 
+Stamp = tuple[tuple["weakref.ref[torch.Tensor]", int], ...]
+
+
+def _stamp(tensors: Sequence[torch.Tensor]) -> Stamp:
+    """Which tensors, at which version, a paste's static buffers were last filled from: weak
+    references (a kept value of the owner must not keep patches alive, and its tensors are
+    freed with it) and torch's in-place write counters."""
+    return tuple((weakref.ref(t), t._version) for t in tensors)
+
+
+def _holds(stamp: Stamp, tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether the buffers stamped ``stamp`` already hold ``tensors``: the same objects, not
+    written since. A cache hit pastes the cached patch again with a new affine (about 4 frames
+    in 5 at the live defaults), and its two stacks into the buffers were ~0.1 ms of host CPU a
+    frame on the H200's host (cProfile, docs/BENCHMARKS.md §12.7). Patches are the renderer's
+    own tensors (the swapper's output is a clone, not a graph's static output, which a replay
+    would rewrite without a version bump)."""
+    return len(stamp) == len(tensors) and all(
+        ref() is t and version == t._version for (ref, version), t in zip(stamp, tensors,
+                                                                          strict=True))
+
+
 Pending = list[tuple[Roi, "torch.Tensor"]]
 
 
-def fetch_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None]) -> Pending:
-    """Copy the given regions of a device frame to pinned host buffers (torch's caching host
-    allocator reuses them): all copies queued on the current stream, then one synchronisation.
-    :func:`write_rois` puts them into the host frame."""
+def fetch_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None],
+               buffers: list[torch.Tensor] | None = None) -> Pending:
+    """Copy the given regions of a device frame to pinned host memory: all copies queued on the
+    current stream, then one synchronisation. :func:`write_rois` puts them into the host frame.
+
+    Args:
+        buffers: flat ``uint8`` buffers (pinned on CUDA) kept by the caller, one per region in order
+            (grown, or added, here as needed): the next call overwrites them, so the caller
+            writes each fetch's regions out before it fetches again (the frame path does, in
+            the same frame). ``None``: fresh tensors from torch's caching host allocator, whose
+            allocation and free (an event recorded per block) were ~0.1 ms of host CPU a frame
+            on the H200's host.
+    """
     import torch
 
     pending: Pending = []
@@ -265,7 +301,15 @@ def fetch_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None]) -> Pending:
             continue
         x0, y0, x1, y1 = roi
         src = frame_t[y0:y1, x0:x1]
-        dst = torch.empty(tuple(src.shape), dtype=torch.uint8, pin_memory=cuda)
+        if buffers is None:
+            dst = torch.empty(tuple(src.shape), dtype=torch.uint8, pin_memory=cuda)
+        else:
+            slot, size = len(pending), src.numel()
+            if slot == len(buffers) or buffers[slot].numel() < size:
+                grown = max(size, 2 * buffers[slot].numel()) if slot < len(buffers) else size
+                flat = torch.empty((grown,), dtype=torch.uint8, pin_memory=cuda)
+                buffers[slot:slot + 1] = [flat]
+            dst = buffers[slot][:size].view(src.shape)
         dst.copy_(src, non_blocking=cuda)
         pending.append((roi, dst))
     if pending and cuda:

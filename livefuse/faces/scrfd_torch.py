@@ -112,26 +112,39 @@ class Detections:
 
 @dataclass(frozen=True)
 class Detection:
-    """The best face in one region (see :meth:`TorchScrfd.detect_regions`).
+    """The best face in one region (see :meth:`TorchScrfd.detect_regions`), as read back.
 
     Attributes:
-        bbox: ``(4,) float32`` tensor on the device, frame px.
-        kps: ``(5, 2) float32`` tensor on the device, frame px.
-        score: the detector score.
-        host: the same values already read back (score, bbox, kps: ``(15,) float32``), so
-            :meth:`to_face` needs no further copy; ``None`` when not read back.
+        host: score, bbox (4) and kps (10) in frame px: ``(15,) float32`` on the host.
+        device: the detector's device, where :attr:`bbox` and :attr:`kps` are put on demand.
     """
 
-    bbox: torch.Tensor
-    kps: torch.Tensor
-    score: float
-    host: npt.NDArray[np.float32] | None = None
+    host: npt.NDArray[np.float32]
+    device: torch.device
+
+    @property
+    def score(self) -> float:
+        """The detector score."""
+        return float(self.host[0])
+
+    @property
+    def bbox(self) -> torch.Tensor:
+        """``(4,) float32`` tensor on the device, frame px (uploaded when asked: the tracker
+        reads the host values, and device views of the packed rows were four torch calls per
+        tracked frame)."""
+        import torch
+
+        return torch.from_numpy(self.host[1:5].copy()).to(self.device)
+
+    @property
+    def kps(self) -> torch.Tensor:
+        """``(5, 2) float32`` tensor on the device, frame px (uploaded when asked)."""
+        import torch
+
+        return torch.from_numpy(self.host[5:15].reshape(5, 2).copy()).to(self.device)
 
     def to_face(self) -> Face:
-        if self.host is not None:
-            return Face(bbox=self.host[1:5].copy(), kps=self.host[5:15].reshape(5, 2).copy(),
-                        score=self.score)
-        return Face(bbox=self.bbox.cpu().numpy().copy(), kps=self.kps.cpu().numpy().copy(),
+        return Face(bbox=self.host[1:5].copy(), kps=self.host[5:15].reshape(5, 2).copy(),
                     score=self.score)
 
 
@@ -656,15 +669,9 @@ class TorchScrfd:
             packed = owner.run(key, run, (self._frame_in(owner, frame_t),
                                           owner.params(("squares", batch), sq)), warmup=3)[0]
         host = self._read_back(key, packed)
-        packed = packed.clone()
-        out: list[Detection | None] = []
-        for i in range(n):
-            if host[i, 0] < self.det_thresh:
-                out.append(None)
-            else:
-                out.append(Detection(bbox=packed[i, 1:5], kps=packed[i, 5:15].reshape(5, 2),
-                                     score=float(host[i, 0]), host=host[i, :15].copy()))
-        return out
+        return [None if host[i, 0] < self.det_thresh else Detection(host[i, :15].copy(),
+                                                                      self.device)
+                for i in range(n)]
 
     def _regions_frame(self, frame_t: torch.Tensor, squares: torch.Tensor, inp: torch.Tensor
                        ) -> tuple[torch.Tensor]:

@@ -243,36 +243,6 @@ def test_a_cache_hit_pastes_without_refilling_the_static_buffers() -> None:
     assert fills == [True, False, False, False, True, True, True]
 
 
-def test_fetched_regions_come_back_through_the_callers_buffers() -> None:
-    """The frame path fetches the pasted regions into host buffers it keeps: the same memory
-    frame after frame (no allocation per frame), grown when a region is larger, and each
-    fetch's regions are the frame's pixels."""
-    import torch
-
-    from livefuse.swap.gpu_frame import fetch_rois, write_rois
-
-    rng = np.random.default_rng(5)
-    frame = rng.integers(0, 256, (120, 160, 3), dtype=np.uint8)
-    frame_t = torch.from_numpy(frame)
-    buffers: list[torch.Tensor] = []
-
-    def fetch(rois: list[tuple[int, int, int, int] | None]) -> list[int]:
-        out = np.zeros_like(frame)
-        write_rois(out, fetch_rois(frame_t, rois, buffers))
-        for r in rois:
-            if r is not None:
-                x0, y0, x1, y1 = r
-                assert np.array_equal(out[y0:y1, x0:x1], frame[y0:y1, x0:x1])
-        return [b.data_ptr() for b in buffers]
-
-    first = fetch([(0, 0, 40, 30), None, (50, 20, 90, 60)])
-    assert len(first) == 2
-    assert fetch([(10, 10, 30, 30), (60, 60, 80, 70)]) == first  # smaller: the same memory
-    grown = fetch([(0, 0, 100, 100), (60, 60, 80, 70)])
-    assert grown[1] == first[1] and grown[0] != first[0]
-    assert fetch([(5, 5, 95, 95), (0, 0, 10, 10), (100, 50, 150, 110)])[:2] == grown
-
-
 def test_a_growing_face_meets_few_paste_boxes() -> None:
     """With graphs the paste box is a square from a ladder of ~1.25 steps: a face growing from
     10 % to 100 % of a 1080p frame's height meets 11 boxes (a graph each, all captured by the

@@ -138,9 +138,6 @@ class DevicePath:
         self.stager = stager
         self.cuda = self.stager.device.type == "cuda"
         self.warms = self.cuda
-        # pinned host buffers the pasted regions come back into, reused frame after frame
-        # (fetch, then finish, on the inference thread)
-        self._fetched: list[Any] = []
 
     def lend(self, shape: tuple[int, ...]) -> Frame | None:
         lent: Frame | None = self.stager.lend(shape)
@@ -166,7 +163,7 @@ class DevicePath:
     def fetch(self, staged: StagedFrame, rois: Sequence[Roi | None]) -> Any:
         from livefuse.swap.gpu_frame import fetch_rois
 
-        return fetch_rois(staged.device, rois, self._fetched)
+        return fetch_rois(staged.device, rois)
 
     def restore(self, staged: StagedFrame, rois: Sequence[Roi | None], out: Frame) -> None:
         from livefuse.swap.gpu_frame import restore_rois

@@ -267,8 +267,8 @@ def _stamp(tensors: Sequence[torch.Tensor]) -> Stamp:
 def _holds(stamp: Stamp, tensors: Sequence[torch.Tensor]) -> bool:
     """Whether the buffers stamped ``stamp`` already hold ``tensors``: the same objects, not
     written since. A cache hit pastes the cached patch again with a new affine (about 4 frames
-    in 5 at the live defaults), and its two stacks into the buffers were ~0.1 ms of host CPU a
-    frame on the H200's host (cProfile, docs/BENCHMARKS.md §12.7). Patches are the renderer's
+    in 5 at the live defaults), and its two stacks into the buffers were about a quarter of the
+    paste's host CPU on the H200's host (docs/BENCHMARKS.md §12.7). Patches are the renderer's
     own tensors (the swapper's output is a clone, not a graph's static output, which a replay
     would rewrite without a version bump)."""
     return len(stamp) == len(tensors) and all(
@@ -279,19 +279,10 @@ def _holds(stamp: Stamp, tensors: Sequence[torch.Tensor]) -> bool:
 Pending = list[tuple[Roi, "torch.Tensor"]]
 
 
-def fetch_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None],
-               buffers: list[torch.Tensor] | None = None) -> Pending:
-    """Copy the given regions of a device frame to pinned host memory: all copies queued on the
-    current stream, then one synchronisation. :func:`write_rois` puts them into the host frame.
-
-    Args:
-        buffers: flat ``uint8`` buffers (pinned on CUDA) kept by the caller, one per region in order
-            (grown, or added, here as needed): the next call overwrites them, so the caller
-            writes each fetch's regions out before it fetches again (the frame path does, in
-            the same frame). ``None``: fresh tensors from torch's caching host allocator, whose
-            allocation and free (an event recorded per block) were ~0.1 ms of host CPU a frame
-            on the H200's host.
-    """
+def fetch_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None]) -> Pending:
+    """Copy the given regions of a device frame to pinned host buffers (torch's caching host
+    allocator reuses them): all copies queued on the current stream, then one synchronisation.
+    :func:`write_rois` puts them into the host frame."""
     import torch
 
     pending: Pending = []
@@ -301,15 +292,7 @@ def fetch_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None],
             continue
         x0, y0, x1, y1 = roi
         src = frame_t[y0:y1, x0:x1]
-        if buffers is None:
-            dst = torch.empty(tuple(src.shape), dtype=torch.uint8, pin_memory=cuda)
-        else:
-            slot, size = len(pending), src.numel()
-            if slot == len(buffers) or buffers[slot].numel() < size:
-                grown = max(size, 2 * buffers[slot].numel()) if slot < len(buffers) else size
-                flat = torch.empty((grown,), dtype=torch.uint8, pin_memory=cuda)
-                buffers[slot:slot + 1] = [flat]
-            dst = buffers[slot][:size].view(src.shape)
+        dst = torch.empty(tuple(src.shape), dtype=torch.uint8, pin_memory=cuda)
         dst.copy_(src, non_blocking=cuda)
         pending.append((roi, dst))
     if pending and cuda:

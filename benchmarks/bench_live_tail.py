@@ -49,6 +49,45 @@ from livefuse.types import Face  # noqa: E402
 SIZE = (1920, 1080)
 FPS = 60.0
 
+# per capture time: when process started and ended (ns), its timings, detected, faces swapped
+PROCESSED: dict[int, tuple[int, int, dict[str, float], bool, int]] = {}
+# (start, stop) ns of every garbage collection, to tell a collector's pause in a slow frame
+GC_SPANS: list[tuple[int, int]] = []
+
+
+def _track_gc() -> None:
+    import gc
+
+    started = [0]
+
+    def on_gc(phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter_ns()
+        else:
+            GC_SPANS.append((started[0], time.perf_counter_ns()))
+    gc.callbacks.append(on_gc)
+
+
+def _slowest(metrics: RecordingMetrics, t0: int, t1: int) -> str:
+    """Where the slowest frame of [t0, t1) spent its latency: waiting for the engine (from
+    capture to the start of ``process``), in ``process`` (and its stages), and after it (to
+    the camera's send); garbage collection inside that span."""
+    with metrics._rec_lock:
+        frames = [(lat, t) for t, lat in metrics.frames if t0 <= t < t1]
+    if not frames:
+        return "-"
+    lat, t = max(frames)
+    info = PROCESSED.get(t)
+    if info is None:
+        return f"{lat:.1f} ms (not timed)"
+    start, stop, timings, detected, swapped = info
+    end = t + int(lat * 1e6)
+    gc_ms = sum(min(b, end) - max(a, t) for a, b in GC_SPANS if b > t and a < end) / 1e6
+    steps = ", ".join(f"{k} {v:.1f}" for k, v in timings.items())
+    return (f"{lat:.1f} ms = wait {(start - t) / 1e6:.1f} + process {(stop - start) / 1e6:.1f} "
+            f"({'detect' if detected else 'track'}, {swapped} faces: {steps}) + send "
+            f"{(end - stop) / 1e6:.1f}; gc {gc_ms:.2f} ms")
+
 
 def _captures() -> int:
     try:
@@ -198,7 +237,13 @@ def _build(paths: NeuralPaths, scene: Scene, landmarks: bool = True
     def timed(frame: Any, index: int = 0, t_capture_ns: int | None = None, *a: Any,
               **kw: Any) -> Any:
         scene.t_ns = t_capture_ns or time.perf_counter_ns()
-        return process(frame, index, t_capture_ns, *a, **kw)
+        t0 = time.perf_counter_ns()
+        packet = process(frame, index, t_capture_ns, *a, **kw)
+        t1 = time.perf_counter_ns()
+        if t_capture_ns is not None:
+            PROCESSED[t_capture_ns] = (t0, t1, dict(packet.timings_ms), bool(packet.detected),
+                                       int(packet.swapped))
+        return packet
 
     engine.process = timed  # type: ignore[method-assign]
     return engine, scripted
@@ -289,6 +334,7 @@ def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
     import torch
 
     scene = Scene()
+    _track_gc()
     engine, runner, cam, metrics, t_start = _start(paths, scene)
     warm_s = getattr(engine, "warm_up_s", None)
     print(f"\n# LiveRunner {SIZE[0]}x{SIZE[1]} at {FPS:.0f} fps -> virtual camera; fp16, detect "
@@ -307,6 +353,7 @@ def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
               ("back to 1 face", lambda t0: one_face),
               ("1 face growing from 15 % to 60 % of the height",
                lambda t0: growing(t0, phase_s))]
+    slowest = []
     for name, make in phases:
         d0, c0, cpu0 = _drops(runner, cam), _captures(), time.process_time()
         t0 = time.perf_counter_ns()
@@ -317,6 +364,9 @@ def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
         cpu = (time.process_time() - cpu0) * 1e3 / max(len(lat), 1)
         print(f"| {name} | {len(lat)} {_stats(lat)} {_drops(runner, cam) - d0} | "
               f"{_captures() - c0} | {cpu:.2f} |", flush=True)
+        slowest.append(f"* {name}: {_slowest(metrics, t0, t1)}")
+    print("\nThe slowest frame of each phase:\n")
+    print("\n".join(slowest))
 
     if soak_s > 0:
         print(f"\n# soak: 1-4 faces of 10-60 % height, a new scene every 0.5 s, {soak_s:.0f} s "
@@ -342,7 +392,11 @@ def live(paths: NeuralPaths, phase_s: float, soak_s: float, seed: int) -> None:
             print(f"| {w * 30}-{w * 30 + span:.0f} s | {len(lat)} {_stats(lat)} "
                   f"{_drops(runner, cam) - d0} | {_captures() - c0} | {peak[0]:.2f} | "
                   f"{peak[1]:.2f} |", flush=True)
+            slowest.append(f"* soak {w * 30}-{w * 30 + span:.0f} s: "
+                           f"{_slowest(metrics, t0, t1)}")
             w += 1
+        print("\nThe slowest frame of each window:\n")
+        print("\n".join(slowest[len(phases):]))
     runner.stop(2.0)
     cam.close()
     print(f"by pool at the end: {_pools()}")

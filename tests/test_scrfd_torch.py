@@ -269,6 +269,35 @@ def test_detect_regions_finds_the_same_face_as_detect(block_detector: TorchScrfd
     assert KPS_OFFSETS.shape == (5, 2)
 
 
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                         reason="needs a CUDA GPU"))])
+def test_region_groups_come_back_together_as_each_alone(tmp_path: Path, device: str) -> None:
+    """The tracker's groups (faces at two detector sizes; one group of 16 regions, two chunks
+    replaying the same graph) queued together and read back with one sync give what each
+    region gives alone: a chunk's results are kept (on CUDA: in a pinned buffer of its own)
+    before the next chunk's replay overwrites the graph's output."""
+    from livefuse.models.graph_cache import CudaGraphs, EagerGraphs, GraphCache
+
+    backend = CudaGraphs(device) if device == "cuda" else EagerGraphs()
+    det = TorchScrfd(build_scrfd(tmp_path / "det.onnx"), device, graphs=GraphCache(backend))
+    frame = torch.from_numpy(_block_frame([(10, 5), (19, 10)])).to(device)
+    face = (768, 288, 1344, 864)  # the block at (10, 5) on a 192 input's cell 2
+    empty = (40, 0, 140, 60)
+    small = (864, 384, 1152, 672)  # the same block on a 96 input
+    many = [face] * 8 + [empty] * 8  # 16 regions: two chunks of 8, one graph key
+    for _ in range(2):  # eager on the first use of the frame size, graphs after
+        groups = det.detect_region_groups(frame, [(many, 192), ([small, empty], 96)])
+        assert [g is None for g in groups[0]] == [False] * 8 + [True] * 8
+        assert [g is None for g in groups[1]] == [False, True]
+        alone_192 = det.detect_regions(frame, [face])[0]
+        alone_96 = det.detect_regions(frame, [small], 96)[0]
+        assert alone_192 is not None and alone_96 is not None
+        for got in groups[0][:8]:
+            assert got is not None and np.array_equal(got.host, alone_192.host)
+        assert groups[1][0] is not None and np.array_equal(groups[1][0].host, alone_96.host)
+
+
 def test_detect_regions_edge_cases(block_detector: TorchScrfd) -> None:
     frame = torch.from_numpy(_block_frame([(10, 5)]))
     assert block_detector.detect_regions(frame, []) == []

@@ -547,17 +547,26 @@ class TorchScrfd:
 
         return owner.run("detect", detect, (self._frame_in(owner, frame_t),), warmup=3)
 
+    def _copy_back(self, key: Any, packed: torch.Tensor) -> Any:
+        """Queue ``packed``'s copy to a pinned host tensor kept per ``key`` and shape (read it
+        after :func:`host_wait`); on the CPU, a copy of its values now (a graph's output is
+        overwritten by its next replay)."""
+        if self.device.type != "cuda":
+            return packed.numpy().copy()
+        host = self._pinned.get((key, tuple(packed.shape)))
+        if host is None:
+            host = self._pinned[(key, tuple(packed.shape))] = torch.empty(
+                packed.shape, dtype=packed.dtype, pin_memory=True)
+        host.copy_(packed, non_blocking=True)
+        return host
+
     def _read_back(self, key: Any, packed: torch.Tensor) -> npt.NDArray[np.float32]:
         """``packed`` on the host through a pinned buffer kept per ``key`` (one sync)."""
+        host = self._copy_back(key, packed)
         if self.device.type != "cuda":
-            return packed.numpy()
-        host = self._pinned.get(key)
-        if host is None or host.shape != packed.shape:
-            host = self._pinned[key] = torch.empty(packed.shape, dtype=packed.dtype,
-                                                   pin_memory=True)
-        host.copy_(packed, non_blocking=True)
+            return np.asarray(host)
         host_wait(self.device)
-        return host.numpy()
+        return np.asarray(host.numpy())
 
     @torch.inference_mode()
     def detect_faces(self, frame_t: torch.Tensor, limit: int = 64) -> list[Face]:
@@ -618,30 +627,68 @@ class TorchScrfd:
             size: detector input side, a multiple of the largest stride (192 = 6 cells of 32).
 
         Returns:
-            One :class:`Detection` (frame px) or ``None`` per rect, in order. One host sync per
-            chunk of up to 8 regions (the results).
+            One :class:`Detection` (frame px) or ``None`` per rect, in order. One host sync
+            (the results of every chunk).
+
+        Raises:
+            ValueError: a bad frame or ``size``.
+        """
+        return self.detect_region_groups(frame_t, [(rects, size)])[0]
+
+    @torch.inference_mode()
+    def detect_region_groups(
+            self, frame_t: torch.Tensor,
+            groups: Sequence[tuple[Sequence[Sequence[float]] | npt.NDArray[np.floating]
+                                   | torch.Tensor, int]]) -> list[list[Detection | None]]:
+        """:meth:`detect_regions` for several groups of rects, each at its own detector
+        ``size``, with one host sync for all: every group's batch is queued, then the results
+        come back together. Faces of different sizes fall into different groups (the tracker
+        keeps each at its full-pass scale); with a sync per group, 4 tracked faces took 6.3 ms
+        and a detection frame that re-tracked 3 lost ones 10.7 ms on the H200
+        (docs/BENCHMARKS.md §12.7).
+
+        Returns:
+            Per group, one :class:`Detection` or ``None`` per rect, in order.
 
         Raises:
             ValueError: a bad frame or ``size``.
         """
         self._check_frame(frame_t)
         top = max(self.strides)
-        if size <= 0 or size % top:
-            raise ValueError(f"size {size} must be a positive multiple of {top}")
-        # on the host as numpy: the squares are worked out there (torch's per-call overhead on
-        # one or two rects is host CPU on every tracked frame)
-        r = (rects.detach().cpu().numpy() if isinstance(rects, torch.Tensor)
-             else np.asarray(rects)).astype(np.float32).reshape(-1, 4)
-        results: list[Detection | None] = []
-        if not len(r):
-            return results
+        owner = self._owner(frame_t)
+        frame_in: torch.Tensor | None = None
+        launched: list[tuple[int, int, Any]] = []
         biggest = REGION_BATCHES[-1]
-        for start in range(0, len(r), biggest):
-            results += self._regions_chunk(frame_t, r[start:start + biggest], size)
+        for g, (rects, size) in enumerate(groups):
+            if size <= 0 or size % top:
+                raise ValueError(f"size {size} must be a positive multiple of {top}")
+            # on the host as numpy: the squares are worked out there (torch's per-call
+            # overhead on one or two rects is host CPU on every tracked frame)
+            r = (rects.detach().cpu().numpy() if isinstance(rects, torch.Tensor)
+                 else np.asarray(rects)).astype(np.float32).reshape(-1, 4)
+            for start in range(0, len(r), biggest):
+                if owner is not None and frame_in is None:
+                    frame_in = self._frame_in(owner, frame_t)  # once for every group
+                chunk = r[start:start + biggest]
+                packed = self._regions_chunk(frame_t, owner, frame_in, chunk, size)
+                # a pinned buffer per chunk of the call: two chunks may share a graph key
+                launched.append((g, len(chunk), self._copy_back(("regions", len(launched)),
+                                                                packed)))
+        if launched and self.device.type == "cuda":
+            host_wait(self.device)
+        results: list[list[Detection | None]] = [[] for _ in groups]
+        for g, n, host in launched:
+            h = np.asarray(host.numpy() if isinstance(host, torch.Tensor) else host)
+            results[g] += [None if h[i, 0] < self.det_thresh else
+                           Detection(h[i, :15].copy(), self.device) for i in range(n)]
         return results
 
-    def _regions_chunk(self, frame_t: torch.Tensor, r: npt.NDArray[np.float32], size: int
-                       ) -> list[Detection | None]:
+    def _regions_chunk(self, frame_t: torch.Tensor, owner: Owner | None,
+                       frame_in: torch.Tensor | None, r: npt.NDArray[np.float32], size: int
+                       ) -> torch.Tensor:
+        """Queue the detection of up to :data:`REGION_BATCHES` ``[-1]`` regions: their packed
+        ``(B, 15)`` rows on the device (a graph's output when ``owner`` is given: overwritten
+        by its next replay), no host sync."""
         n = int(r.shape[0])
         batch = next(b for b in REGION_BATCHES if b >= n)
         key = ("regions", batch, size)
@@ -653,25 +700,20 @@ class TorchScrfd:
         sq[n:] = sq[0]
         shape = (batch, 3, size, size)
         self._check_outputs(shape)
-        owner = self._owner(frame_t)
-        if owner is None:
+        if owner is None or frame_in is None:
             inp = torch.zeros(shape, dtype=self.dtype, device=self.device
                               ).contiguous(memory_format=self._format)
             squares = torch.from_numpy(sq).to(self.device)
-            packed = self._regions_frame(frame_t, squares, inp)[0]
-        else:
-            inp = owner.buffer(("region input", batch, size), shape, self.dtype,
-                               memory_format=self._format)
+            return self._regions_frame(frame_t, squares, inp)[0]
+        inp = owner.buffer(("region input", batch, size), shape, self.dtype,
+                           memory_format=self._format)
 
-            def run(frame: torch.Tensor, squares: torch.Tensor) -> tuple[torch.Tensor]:
-                return self._regions_frame(frame, squares, inp)
+        def run(frame: torch.Tensor, squares: torch.Tensor) -> tuple[torch.Tensor]:
+            return self._regions_frame(frame, squares, inp)
 
-            packed = owner.run(key, run, (self._frame_in(owner, frame_t),
-                                          owner.params(("squares", batch), sq)), warmup=3)[0]
-        host = self._read_back(key, packed)
-        return [None if host[i, 0] < self.det_thresh else Detection(host[i, :15].copy(),
-                                                                      self.device)
-                for i in range(n)]
+        packed: torch.Tensor = owner.run(key, run, (frame_in, owner.params(("squares", batch),
+                                                                           sq)), warmup=3)[0]
+        return packed
 
     def _regions_frame(self, frame_t: torch.Tensor, squares: torch.Tensor, inp: torch.Tensor
                        ) -> tuple[torch.Tensor]:

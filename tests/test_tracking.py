@@ -15,7 +15,7 @@ from livefuse.faces.smoothing import lag_frames
 from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.synthetic import motion_clip
 from livefuse.samples import astronaut, insightface_image
-from livefuse.types import Frame
+from livefuse.types import Face, Frame
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +136,54 @@ def test_lag_measure_finds_a_known_delay() -> None:
     assert abs(lag_frames(path, delayed) - 2.0) < 0.03
     linear = np.stack([np.stack([3 * t, t], 1)] * 3, 1)
     assert abs(lag_frames(linear, linear - np.array([1.5, 0.5])) - 0.5) < 0.03
+
+
+class _Scripted:
+    """Faces by frame index (``frame`` is the index): ``detect`` answers ``detected[i]``,
+    ``track`` finds a face again while its track id is in ``present[i]``; the number of
+    faces each ``track`` call was asked for is kept."""
+
+    def __init__(self, detected: list[list[int]], present: list[set[int]]) -> None:
+        self.detected, self.present = detected, present
+        self.asked: list[int] = []
+
+    @staticmethod
+    def face(k: int) -> Face:
+        x = 100.0 * k
+        return Face(bbox=np.array([x, 0, x + 50, 50], np.float32),
+                    kps=np.full((5, 2), x + 25, np.float32), score=0.9)
+
+    def detect(self, frame: int, upsample: int | None = None) -> list[Face]:
+        return [self.face(k) for k in self.detected[frame]]
+
+    def track(self, frame: int, faces: list[Face]) -> list[Face | None]:
+        self.asked.append(len(faces))
+        return [f if int(f.bbox[0] // 100) in self.present[frame] else None for f in faces]
+
+
+def test_a_face_that_leaves_is_tracked_once_in_its_frame() -> None:
+    """When faces leave between detections, the frame's carry finds them gone and the frame is
+    detected; the coast after that detection uses what the carry found in the same frame
+    instead of tracking them again (on the GPU path each track is a device round trip). A face
+    the carry still found but the detector missed coasts on that result."""
+    from livefuse.faces.tracking import FaceTracker
+
+    # frame 0: four faces detected; 1: all tracked; 2: faces 1-3 leave, and the detector also
+    # misses face 0, which the carry still found
+    script = _Scripted(detected=[[0, 1, 2, 3], [], []],
+                       present=[{0, 1, 2, 3}, {0, 1, 2, 3}, {0}])
+    tracker = FaceTracker(detect_every=3)
+    assert tracker.carry(0, script) is None  # type: ignore[arg-type]
+    first = tracker.commit(tracker.coast(0, script, script.detect(0)), True)  # type: ignore[arg-type]
+    assert [f.track_id for f in first] == [0, 1, 2, 3]
+    carried = tracker.carry(1, script)  # type: ignore[arg-type]
+    assert carried is not None and len(carried) == 4
+    tracker.commit(carried, False)
+    assert tracker.carry(2, script) is None  # type: ignore[arg-type]
+    kept = tracker.coast(2, script, script.detect(2))  # type: ignore[arg-type]
+    assert [int(f.bbox[0] // 100) for f in kept] == [0]  # coasting on the carry's result
+    assert script.asked == [4, 4]  # frame 2 tracked its four faces once, not 4 then 4 again
+    # in another frame the coast tracks for itself
+    tracker.commit(kept, True)
+    tracker.coast(1, script, [])  # type: ignore[arg-type]
+    assert script.asked == [4, 4, 1]

@@ -10,7 +10,8 @@ face); this module holds the policy and the identities:
 * :meth:`FaceTracker.coast`: on a detection frame, a face of the previous frame that no detection
   continues (HOG misses turned heads) is kept for at most ``max_coast`` detection rounds, and
   only while the analyser confirms it; a face that left the picture is dropped at once, so its
-  swap is never pasted onto the background.
+  swap is never pasted onto the background. What a failed carry of the same frame found is used
+  again rather than tracked a second time.
 * :meth:`FaceTracker.commit`: the selected targets get the track ids of the faces they continue
   (greedy IoU matching, vetoed by embeddings that name different people) and become the faces
   carried to the next frame.
@@ -76,6 +77,8 @@ class FaceTracker:
         self._previous: list[Face] = []
         self._coasting: dict[int, int] = {}
         self._since_detect = 0
+        # this frame's failed carry: the frame and what the analyser made of each carried face
+        self._tried: tuple[AnyFrame, dict[int, Face | None]] | None = None
 
     @property
     def previous(self) -> list[Face]:
@@ -91,6 +94,8 @@ class FaceTracker:
             return None
         moved = analyser.track(frame, self._carried)
         if any(f is None for f in moved):
+            # kept for :meth:`coast` on this frame: the faces it would track again are these
+            self._tried = (frame, {id(p): m for p, m in zip(self._carried, moved, strict=True)})
             return None
         return [f for f in moved if f is not None]
 
@@ -112,11 +117,19 @@ class FaceTracker:
                 if not any(self.same_face(p, f) >= MATCH_IOU for f in detected)
                 and self._coasting.get(p.track_id, 0) < self.max_coast and not p.angle]
         coasting: dict[int, int] = {}
-        if lost:
-            for prev, moved in zip(lost, analyser.track(frame, lost), strict=True):
-                if moved is not None:
-                    out.append(moved)
-                    coasting[prev.track_id] = self._coasting.get(prev.track_id, 0) + 1
+        # a face that :meth:`carry` just tracked in this same frame is not tracked again: when a
+        # face leaves, the frame's carry, detection and coast were three device round trips
+        # (15-17 ms on the H200 against a p95 of 7, docs/BENCHMARKS.md §12.7)
+        tried = self._tried[1] if self._tried is not None and self._tried[0] is frame else {}
+        self._tried = None
+        todo = [p for p in lost if id(p) not in tried]
+        fresh = dict(zip((id(p) for p in todo), analyser.track(frame, todo) if todo else [],
+                         strict=True))
+        for prev in lost:
+            moved = tried[id(prev)] if id(prev) in tried else fresh[id(prev)]
+            if moved is not None:
+                out.append(moved)
+                coasting[prev.track_id] = self._coasting.get(prev.track_id, 0) + 1
         self._coasting = coasting
         out.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
         return out
@@ -153,6 +166,7 @@ class FaceTracker:
     def commit(self, targets: Sequence[Face], detected: bool) -> list[Face]:
         """Record this frame's targets; after a detection they get track ids. Returns them."""
         out = self._with_ids(targets) if detected else list(targets)
+        self._tried = None
         if detected:
             self._since_detect = 0
         self._since_detect += 1

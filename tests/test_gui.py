@@ -7,6 +7,7 @@ machine makes the tests slower, never red.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import io
 import os
@@ -461,6 +462,10 @@ def test_the_shared_analyser_runs_one_call_at_a_time() -> None:
     """The picker's photo analysis (thread pool) and the classic engine (inference thread)
     share one dlib analyser; two photo analyses at once crashed the app (SIGSEGV in the HOG
     detector, seen in the soak test when a restored photo and --source loaded together)."""
+    # the widgets of earlier tests may still sit in reference cycles: collected in one of the
+    # threads below, Qt objects would be destroyed off the GUI thread (CI once died here with
+    # a segmentation fault)
+    gc.collect()
     inner = _Reentrancy()
     shared = SharedAnalyser(inner)
     frame = np.zeros((8, 8, 3), np.uint8)

@@ -655,17 +655,20 @@ class TorchScrfd:
         """
         self._check_frame(frame_t)
         top = max(self.strides)
-        owner = self._owner(frame_t)
-        frame_in: torch.Tensor | None = None
-        launched: list[tuple[int, int, Any]] = []
-        biggest = REGION_BATCHES[-1]
-        for g, (rects, size) in enumerate(groups):
+        asked: list[tuple[npt.NDArray[np.float32], int]] = []
+        for rects, size in groups:
             if size <= 0 or size % top:
                 raise ValueError(f"size {size} must be a positive multiple of {top}")
             # on the host as numpy: the squares are worked out there (torch's per-call
             # overhead on one or two rects is host CPU on every tracked frame)
-            r = (rects.detach().cpu().numpy() if isinstance(rects, torch.Tensor)
-                 else np.asarray(rects)).astype(np.float32).reshape(-1, 4)
+            asked.append(((rects.detach().cpu().numpy() if isinstance(rects, torch.Tensor)
+                           else np.asarray(rects)).astype(np.float32).reshape(-1, 4), size))
+        # a call with no region is no use of the frame size's graphs
+        owner = self._owner(frame_t) if any(len(r) for r, _ in asked) else None
+        frame_in: torch.Tensor | None = None
+        launched: list[tuple[int, int, Any]] = []
+        biggest = REGION_BATCHES[-1]
+        for g, (r, size) in enumerate(asked):
             for start in range(0, len(r), biggest):
                 if owner is not None and frame_in is None:
                     frame_in = self._frame_in(owner, frame_t)  # once for every group

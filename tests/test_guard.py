@@ -260,7 +260,11 @@ def test_without_the_guard_the_clip_shows_the_real_faces(clip: GuardClip,
     shown, _ = run_clip(clip, analyser, "off")
     leaks = {i: faces for i, faces in shown.items() if faces}
     assert all(leaks.get(i) == ["A"] for i in DROPOUTS)
-    assert sum("A" in f for f in leaks.values()) >= len(DROPOUTS) + 8  # dropouts + the turn
+    # The turn: 36..59, turned fully over 48..55. Where the detector stops finding a face rolled
+    # that far is a matter of a frame or two between CPUs and library builds (14 and 13 frames
+    # in all were both seen on CI), so the bound asks for most of the fully turned frames only.
+    turned = [i for i in range(36, 60) if "A" in leaks.get(i, [])]
+    assert len(turned) >= 5 and set(turned) <= set(range(44, 60)), turned
     assert sum("B" in f for f in leaks.values()) >= 20
     # and it does not call a swapped face unaltered
     assert all("A" not in shown[i] for i in range(0, 20))
@@ -277,7 +281,7 @@ def test_with_the_guard_no_frame_shows_a_face_unaltered(clip: GuardClip, analyse
     snap = metrics.snapshot(memory=False)
     assert snap.guard.mode == mode
     altered = snap.guard.frames_blurred + snap.guard.frames_held
-    assert altered >= len(DROPOUTS) + 8 + 20
+    assert altered >= len(DROPOUTS) + 5 + 20  # the dropouts, the turn (see above) and B
     if mode == "hold":
         assert snap.guard.frames_held >= 15
 

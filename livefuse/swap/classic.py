@@ -64,6 +64,15 @@ _SKIN_DETAIL = 0.3  # share of the source's own colour detail kept on the skin (
 # _COLOUR_CHROMA up all of it is kept (skin in colour photos: 10-30 units; t1.jpg's faces: 17-27)
 _GREY_CHROMA = 3.0
 _COLOUR_CHROMA = 8.0
+# A target turned far from the camera (its nose tip near its far jaw line) takes the whole shape
+# from its own landmarks, from none at _TURN_FROM of :func:`turned` to all at _TURN_FROM +
+# _TURN_SPAN: a frontal source shape laid on a near-profile puts the source's far cheek and nose
+# where the target shows its profile edge, a pale, flat strip (Joey in t1.jpg, docs/CLASSIC.md,
+# "Turned faces"). t1.jpg's faces read 0.02-0.45 (frontal to three-quarter: unchanged), Monica
+# 0.82 and Joey 1.03; chosen among (0.5, 0.4), (0.5, 0.5), (0.6, 0.35), (0.7, 0.3) by identity
+# and the colour measures on astronaut -> t1.jpg.
+_TURN_FROM = 0.6
+_TURN_SPAN = 0.35
 _LOWPASS_SUPPORT = 0.3  # normalised-convolution weight under which a fine estimate falls back
 # The source's skin relief at two fine scales (Gaussian sigmas of these fractions of the face,
 # finest first) is brought to the target's contrast in each band, over skin, never raised and
@@ -133,12 +142,31 @@ def _hull_px(points: FloatArray) -> float:
     return float(np.sqrt(max(cv2.contourArea(cv2.convexHull(points.astype(np.float32))), 1.0)))
 
 
+def turned(landmarks: FloatArray) -> float:
+    """How far a face is turned aside, from its ``(68, 2)`` landmarks (iBUG 300-W): 0 frontal,
+    about 1 when the nose tip lies on the far jaw line (a near-profile).
+
+    Along the eye line (so roll does not count): the difference of the nose tip's distances to
+    the two ends of the jaw line (points 0 and 16) over their sum, unsigned.
+    """
+    eyes = landmarks[42:48].mean(axis=0) - landmarks[36:42].mean(axis=0)
+    norm = float(np.hypot(eyes[0], eyes[1]))
+    if norm < 1e-6:
+        return 0.0
+    u = eyes / norm
+    nose = float(landmarks[30] @ u)
+    near, far = nose - float(landmarks[0] @ u), float(landmarks[16] @ u) - nose
+    return abs(near - far) / max(near + far, 1e-6)
+
+
 def destination_shape(src_lm: FloatArray, tgt_lm: FloatArray, jaw_from_target: float,
                       mouth_from_target: float) -> FloatArray:
     """Where the source's 68 landmarks go on the target, ``(68, 2) float32``.
 
     The source shape is placed by a least-squares similarity transform fitted on the stable
-    points, then the jaw and mouth are pulled toward the target's by the given weights (0..1).
+    points, then the jaw and mouth are pulled toward the target's by the given weights (0..1),
+    and on a target turned far aside (:func:`turned` past :data:`_TURN_FROM`) the whole shape
+    toward the target's.
     """
     m, _ = cv2.estimateAffinePartial2D(src_lm[_STABLE], tgt_lm[_STABLE], method=cv2.LMEDS)
     if m is None:  # degenerate fit: fall back to the target's own shape
@@ -146,6 +174,8 @@ def destination_shape(src_lm: FloatArray, tgt_lm: FloatArray, jaw_from_target: f
     dst = cv2.transform(src_lm[None], m)[0]
     dst[JAW] += jaw_from_target * (tgt_lm[JAW] - dst[JAW])
     dst[_MOUTH] += mouth_from_target * (tgt_lm[_MOUTH] - dst[_MOUTH])
+    aside = min(max((turned(tgt_lm) - _TURN_FROM) / _TURN_SPAN, 0.0), 1.0)
+    dst += aside * (tgt_lm - dst)
     return dst.astype(np.float32)
 
 

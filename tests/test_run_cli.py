@@ -535,8 +535,9 @@ def test_a_video_with_nobody_swapped_says_why(tmp_path: Path, astronaut_path: Pa
     """An image said which faces were skipped and why; a video said only that none was."""
     clip = write_clip([f[:240, :320] for f in face_clip_frames], tmp_path / "c.mp4",
                       audio=False)
-    out = tmp_path / "o.mp4"
+    out = tmp_path / "new" / "o.mp4"
     assert _run("-s", astronaut_path, "-t", clip, "-o", out, "--reference", astronaut_path) == 2
     err = capsys.readouterr().err
     assert "no face was swapped in any of the 12 frames" in err
     assert "not the reference person (identity distance" in err and not out.exists()
+    assert not out.parent.exists()  # no output kept: nor the folder made for it

@@ -168,9 +168,13 @@ def test_ctrl_c_stops_every_thread_and_leaves_no_part(tmp_path: Path) -> None:
         signal.pthread_kill(main_id, signal.SIGINT)
 
     threading.Thread(target=interrupt, daemon=True).start()
+    (tmp_path / "kept").mkdir()  # a folder that was there before the run stays
+    out = tmp_path / "kept" / "made" / "deeper" / "out.mp4"
     with pytest.raises(KeyboardInterrupt):
-        transcode(src, tmp_path / "out.mp4", slow, options=PIPELINED)
-    assert _parts(tmp_path) == [] and not (tmp_path / "out.mp4").exists()
+        transcode(src, out, slow, options=PIPELINED)
+    assert _parts(tmp_path) == [] and not out.exists()
+    # README: no output folder the run made and left empty (a new user's trial found them kept)
+    assert (tmp_path / "kept").is_dir() and not (tmp_path / "kept" / "made").exists()
     assert _video_threads() == []
 
 
@@ -201,7 +205,7 @@ def test_a_ctrl_c_while_the_threads_wind_down_still_waits_for_all_of_them() -> N
 
 def test_sigterm_during_run_removes_the_part_and_exits_143(
         tmp_path: Path, astronaut_path: Path, face_clip_long: Path) -> None:
-    out = tmp_path / "out.mp4"
+    out = tmp_path / "made" / "out.mp4"
     proc = subprocess.Popen(
         [sys.executable, "-m", "livefuse", "run", "-q", "-s", str(astronaut_path), "-t",
          str(face_clip_long), "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -217,7 +221,7 @@ def test_sigterm_during_run_removes_the_part_and_exits_143(
     lines = [ln for ln in err.splitlines() if ln.startswith("livefuse:")]
     assert lines == ["livefuse: terminated (SIGTERM); no partial output was kept"]
     assert "Traceback" not in err
-    assert _parts(tmp_path) == [] and not out.exists()
+    assert _parts(tmp_path) == [] and not out.exists() and not out.parent.exists()
 
 
 def _faststart_clip(path: Path, frames: int) -> Path:

@@ -13,7 +13,6 @@ Rules a batch keeps:
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +37,7 @@ from livefuse.batch.worker import UnitResult, WorkerStats
 from livefuse.errors import LivefuseError
 from livefuse.extras import install_hint
 from livefuse.imaging import atomic_write_bytes
+from livefuse.io.folders import remove_empty
 from livefuse.io.video import VideoOptions
 
 Executor = str
@@ -217,13 +217,6 @@ def _missing_dirs(output_dir: Path, items: Sequence[Item]) -> list[Path]:
     return sorted((d for d in wanted if not d.exists()), key=lambda d: -len(d.parts))
 
 
-def _remove_empty(folders: Sequence[Path]) -> None:
-    """Remove each of ``folders`` (deepest first) that exists and is empty."""
-    for d in folders:
-        with contextlib.suppress(OSError):  # not empty, or gone: leave it
-            d.rmdir()
-
-
 def _clean_chunks(items: Sequence[Item]) -> None:
     """Remove chunk folders of ``items`` (and the shared chunk folder when it is empty)."""
     for item in items:
@@ -379,11 +372,11 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
             _remove([p for u in units if u.item not in finished for p in leftovers(u)])
             _clean_chunks([i for i in plan.items if i not in finished])
             # an interrupted run leaves no empty folder it made behind (one it found stays)
-            _remove_empty(made)
+            remove_empty(made)
         raise
     progress.close()
     pool.close()
-    _remove_empty(made)  # every item failed: no empty folder made for nothing
+    remove_empty(made)  # every item failed: no empty folder made for nothing
     summary.seconds = time.perf_counter() - t0
     summary.results += collector.results
     summary.notes = collector.engine_notes + summary.notes

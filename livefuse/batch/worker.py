@@ -239,8 +239,11 @@ class BatchWorker:
         item = unit.item
         check_output_path(unit.output, {"target": item.input})
         engine = self.engine
+        # made here, not by the video writer: a writer removes the folders it made when its item
+        # fails, and another worker may be writing into the same one (the runner removes what
+        # is left empty at the end)
+        unit.output.parent.mkdir(parents=True, exist_ok=True)
         if item.kind == "image":
-            unit.output.parent.mkdir(parents=True, exist_ok=True)
             summary = run_image(engine, item.input, unit.output)
             self._frames += 1
         else:

@@ -36,6 +36,7 @@ from livefuse.io.codecs import (
     open_video,
     plain_av_error,
 )
+from livefuse.io.folders import missing_folders, remove_empty
 from livefuse.io.pipeline import ChainStats, Passthrough, Stage, run_chain
 from livefuse.types import Frame
 
@@ -600,6 +601,7 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
     result.decoder = opened.note
     if span is None and opened.container.streams.audio:
         check_audio_fits(s, d)
+    made = missing_folders(d)
     d.parent.mkdir(parents=True, exist_ok=True)
     tmp = part_path(d)
     vin = opened.container.streams.video[0]
@@ -651,8 +653,10 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
             os.replace(tmp, d)
         else:
             tmp.unlink(missing_ok=True)
+            remove_empty(made)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        remove_empty(made)
         raise
     return result
 

@@ -32,6 +32,7 @@ from livefuse.io.video import (
     Span,
     VideoOptions,
     is_video_path,
+    media_types,
     probe,
     transcode,
 )
@@ -326,8 +327,8 @@ def check_run_paths(target: Path, output: Path,
             raise LivefuseError(f"target '{target}' is a video, so the output '{output}' must be "
                                 f"{', '.join(sorted(OUTPUT_VIDEO_SUFFIXES))}")
     else:
-        raise LivefuseError(f"target '{target}': unknown file type '{target.suffix}' (images: "
-                            ".jpg .png .webp .bmp .tif; videos: .mp4 .mkv .mov .avi .webm)")
+        raise LivefuseError(f"target '{target}': unknown file type '{target.suffix}' "
+                            f"({media_types()})")
     for name, path in inputs.items():
         if path is not None and not path.exists():
             raise LivefuseError(f"{name} '{path}': file not found")

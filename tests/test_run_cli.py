@@ -393,6 +393,9 @@ def test_neural_engine_without_models_names_every_missing_file(
     ("t1.jpg", "x.gif", "must be an image livefuse writes: .bmp, .jpeg, .jpg, .png, .tif"),
     ("clip.mp4", "x.jpg", "is a video, so the output 'x.jpg' must be .m4v, .mkv, .mov, .mp4"),
     ("clip.mp4", "x.webm", "is a video, so the output 'x.webm' must be"),
+    # every type run takes is named (.jpeg, .tiff and .m4v were accepted and left unnamed)
+    ("t1.xyz", "x.jpg", "unknown file type '.xyz' (images: .bmp .jpeg .jpg .png .tif .tiff "
+                        ".webp; videos: .avi .m4v .mkv .mov .mp4 .webm)"),
 ])
 def test_an_impossible_output_is_refused_before_any_work(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str, output: str,

@@ -27,13 +27,14 @@ from typing import Literal
 import av
 
 from livefuse.errors import LivefuseError, VideoError
-from livefuse.imaging import IMAGE_SUFFIXES, is_image_path
+from livefuse.imaging import is_image_path
 from livefuse.io.codecs import open_video
 from livefuse.io.video import (
     OUTPUT_VIDEO_SUFFIXES,
     Span,
     check_audio_fits,
     is_video_path,
+    media_types,
     part_path,
 )
 
@@ -189,9 +190,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             if _media(p):
                 found.append((p, Path(p.name)))
             else:
-                problems.append((raw, f"unknown file type '{p.suffix}' (images: "
-                                 f"{' '.join(sorted(IMAGE_SUFFIXES))}; videos: .mp4 .mkv .mov "
-                                 ".avi .webm .m4v)"))
+                problems.append((raw, f"unknown file type '{p.suffix}' ({media_types()})"))
         elif glob.has_magic(raw):
             matches = sorted(Path(m) for m in glob.glob(raw, recursive=recursive))
             files = walked(raw, [m for m in matches if m.is_file() and _media(m)])

@@ -42,6 +42,15 @@ from livefuse.types import Frame
 
 VIDEO_SUFFIXES = frozenset({".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v"})
 OUTPUT_VIDEO_SUFFIXES = VIDEO_SUFFIXES - {".avi", ".webm"}
+
+
+def media_types() -> str:
+    """The input types ``run`` and ``batch`` accept, for messages: ``images: ...; videos: ...``
+    (one list, so that no command names fewer than it takes)."""
+    from livefuse.imaging import IMAGE_SUFFIXES
+
+    return (f"images: {' '.join(sorted(IMAGE_SUFFIXES))}; "
+            f"videos: {' '.join(sorted(VIDEO_SUFFIXES))}")
 """Containers :func:`transcode` writes (the encoded video plus the input's audio)."""
 PART_INFIX = ".livefuse-part"
 """Temp outputs are ``.{stem}.livefuse-part{suffix}`` beside the destination."""

@@ -289,6 +289,15 @@ def test_a_batch_where_every_item_fails_leaves_no_empty_folder(
     assert kept.is_dir()  # a folder that was there stays
 
 
+def test_a_batch_of_missing_inputs_lists_them_and_does_not_say_nothing_to_do(
+        tmp_path: Path) -> None:
+    """A new user's trial: one missing input gave '1 failed' and 'note: nothing to do'."""
+    summary = run_batch(BatchOptions((str(tmp_path / "missing.jpg"),), tmp_path / "out",
+                                     executor="local"), marking_engine, quiet=True)
+    text = "\n".join(summary.lines())
+    assert "file not found" in text and "nothing to do" not in text
+
+
 def test_without_ray_the_batch_runs_in_process_and_says_what_the_extra_adds(
         mixed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("livefuse.batch.executor.ray_available", lambda: False)

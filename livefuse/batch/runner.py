@@ -329,8 +329,11 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
                              "lies there is taken as output, not input (name a file itself "
                              "to process it)")
     if not plan.items:
-        summary.notes.append("nothing to do" if not plan.skipped else
-                             "every output exists already (--overwrite processes them again)")
+        if plan.skipped:
+            summary.notes.append("every output exists already (--overwrite processes them "
+                                 "again)")
+        elif not plan.problems:  # with problems, the failures listed say why nothing ran
+            summary.notes.append("nothing to do")
         return summary
     pool, notes = make_pool(opts, factory, neural)
     summary.notes += notes

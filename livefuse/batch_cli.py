@@ -126,9 +126,9 @@ def run_batch_cli(args: argparse.Namespace) -> int:
                   "neural models on the CPU)", file=sys.stderr)
             args.engine = "classic"
     config = choose_engine(args)
-    load_image(args.source)  # an unreadable photo is one error now, not one per item
+    load_image(args.source, "source")  # an unreadable photo is one error now, not one per item
     if args.reference is not None:
-        load_image(args.reference)
+        load_image(args.reference, "reference")
     plan = plan_items(args.inputs, args.output_dir, args.recursive, args.overwrite,
                       other_inputs={"source": args.source, "reference": args.reference})
     opts = BatchOptions(tuple(args.inputs), args.output_dir, args.recursive, args.overwrite,

@@ -38,11 +38,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     video = video_options(args)
     config = choose_engine(args)
     engine = Engine(config)
-    engine.set_source(load_image(args.source), face_index=args.source_face_index)
+    engine.set_source(load_image(args.source, "source"), face_index=args.source_face_index)
     for note in engine.source_notes:
         print(f"source: {note}", file=sys.stderr)
     if args.reference is not None:
-        engine.set_reference(load_image(args.reference))
+        engine.set_reference(load_image(args.reference, "reference"))
         for note in engine.reference_notes:
             print(f"reference: {note}", file=sys.stderr)
     summary = run(engine, args.target, args.output, progress=not args.quiet,

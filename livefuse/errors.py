@@ -47,10 +47,12 @@ class LivefuseError(Exception):
 class ImageLoadError(LivefuseError):
     """An image file is missing, empty, truncated or not an image."""
 
-    def __init__(self, path: str | Path, problem: str) -> None:
+    def __init__(self, path: str | Path, problem: str, role: str | None = None) -> None:
         self.path = Path(path)
         self.problem = problem
-        super().__init__(f"cannot read image '{path}': {problem}")
+        self.role = role
+        what = f"the {role} image" if role else "image"
+        super().__init__(f"cannot read {what} '{path}': {problem}")
 
 
 class VideoError(LivefuseError):

@@ -93,11 +93,13 @@ def _decode(im: Image.Image) -> tuple[Frame, npt.NDArray[np.uint8] | None, Frame
     return bgr, alpha, straight
 
 
-def load_image(path: str | os.PathLike[str]) -> LoadedImage:
+def load_image(path: str | os.PathLike[str], role: str | None = None) -> LoadedImage:
     """Load an image file as BGR uint8 with EXIF orientation applied.
 
     Args:
         path: any path, Unicode included.
+        role: what the image is to the command (``source``, ``reference``), named in the
+            error so that a user with several inputs knows which one it is.
 
     Returns:
         :class:`LoadedImage` with ``bgr`` ``(H, W, 3) uint8`` and optional ``alpha`` ``(H, W)``.
@@ -107,24 +109,25 @@ def load_image(path: str | os.PathLike[str]) -> LoadedImage:
     """
     p = Path(path)
     if not p.exists():
-        raise ImageLoadError(p, "file not found")
+        raise ImageLoadError(p, "file not found", role)
     if p.is_dir():
-        raise ImageLoadError(p, "is a folder, not an image file")
+        raise ImageLoadError(p, "is a folder, not an image file", role)
     if p.stat().st_size == 0:
-        raise ImageLoadError(p, "file is empty (0 bytes)")
+        raise ImageLoadError(p, "file is empty (0 bytes)", role)
     try:
         with Image.open(p) as im:
             im.load()  # decodes now so a truncated file fails here, not later
             bgr, alpha, straight = _decode(ImageOps.exif_transpose(im) or im)
     except UnidentifiedImageError as exc:
-        raise ImageLoadError(p, "not a recognised image format") from exc
+        raise ImageLoadError(p, "not a recognised image format", role) from exc
     except (OSError, SyntaxError, ValueError) as exc:
         msg = str(exc)
         if "truncated" in msg.lower():
             msg = "file is truncated (incomplete download or copy?)"
-        raise ImageLoadError(p, f"cannot decode: {msg}") from exc
+        raise ImageLoadError(p, f"cannot decode: {msg}", role) from exc
     if bgr.ndim != 3 or bgr.shape[0] == 0 or bgr.shape[1] == 0:
-        raise ImageLoadError(p, f"decoded to an empty image of shape {bgr.shape}")
+        raise ImageLoadError(p, f"decoded to an empty image of shape {bgr.shape}",
+                             role)
     return LoadedImage(bgr=bgr, alpha=alpha, path=p, straight=straight)
 
 

@@ -51,7 +51,7 @@ def _cmd_save(args: argparse.Namespace) -> int:
     preset = preset.validate()
     # the check `live --preset` makes, now: a photo without a usable face is refused here
     engine = Engine(config.effective_engine())
-    face = engine.set_source(load_image(args.source), args.source_face_index)
+    face = engine.set_source(load_image(args.source, "source"), args.source_face_index)
     for note in engine.source_notes:
         print(f"source: {note}", file=sys.stderr)
     path = PresetStore().save(preset, overwrite=args.force)

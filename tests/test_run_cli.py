@@ -137,6 +137,24 @@ def test_source_with_no_face(tmp_path: Path, t1_path: Path,
     assert "no face in source" in err and f"at least ~{MIN_FACE_PX} px wide" in err
 
 
+@pytest.mark.parametrize("role", ["source", "reference"])
+def test_an_unreadable_photo_is_named_by_its_role(tmp_path: Path, t1_path: Path,
+                                                 astronaut_path: Path, role: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `-s notes.txt` said "cannot read image 'notes.txt'", not which
+    input it was."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello")
+    args = ["-s", notes if role == "source" else astronaut_path, "-t", t1_path,
+            "-o", tmp_path / "o.png"]
+    if role == "reference":
+        args += ["--face-selector", "reference", "--reference", notes]
+    assert _run(*args) == 2
+    err = capsys.readouterr().err
+    assert f"cannot read the {role} image '{notes}': not a recognised image format" in err
+    assert "Traceback" not in err
+
+
 def test_source_with_two_faces_is_deterministic(tmp_path: Path, t1_path: Path,
                                                 analyser) -> None:  # type: ignore[no-untyped-def]
     """t1.jpg as a source: the most confident face is used (not the largest: on a grey photo the

@@ -69,10 +69,11 @@ _COLOUR_CHROMA = 8.0
 # _TURN_SPAN: a frontal source shape laid on a near-profile puts the source's far cheek and nose
 # where the target shows its profile edge, a pale, flat strip (Joey in t1.jpg, docs/CLASSIC.md,
 # "Turned faces"). t1.jpg's faces read 0.02-0.45 (frontal to three-quarter: unchanged), Monica
-# 0.82 and Joey 1.03; chosen among (0.5, 0.4), (0.5, 0.5), (0.6, 0.35), (0.7, 0.3) by identity
-# and the colour measures on astronaut -> t1.jpg.
-_TURN_FROM = 0.6
-_TURN_SPAN = 0.35
+# 0.82 and Joey 1.03 upright; the fits of t1.jpg turned by 30-60 degrees read Joey 0.77-0.91,
+# so the ramp ends at 0.8 and a turned photo gets the upright result (a new user's trial saw a
+# frontal face on Joey at 60 degrees with the ramp at 0.6-0.95)
+_TURN_FROM = 0.5
+_TURN_SPAN = 0.3
 _LOWPASS_SUPPORT = 0.3  # normalised-convolution weight under which a fine estimate falls back
 # The source's skin relief at two fine scales (Gaussian sigmas of these fractions of the face,
 # finest first) is brought to the target's contrast in each band, over skin, never raised and

@@ -39,6 +39,7 @@ from replica_video import (
 from livefuse.batch.runner import BatchOptions, BatchSummary, run_batch
 from livefuse.bench import git_commit, machine
 from livefuse.config import EngineConfig
+from livefuse.io.video import VideoOptions
 
 FILL = """
 import sys, time, torch
@@ -72,8 +73,8 @@ def exact(src: Path, out: Path) -> str:
 
 
 def run_row(clip: Path, out: Path, factory: ReplicaEngine | ClassicEngine, gpus: int,
-            per_gpu: int,
-            executor: str, chunk_s: float) -> BatchSummary:
+            per_gpu: int, executor: str, chunk_s: float, cpus_per_worker: float | None,
+            codec_threads: int = 0) -> BatchSummary:
     workers = max(1, gpus) * per_gpu
     own_ray = executor == "ray"
     if own_ray:
@@ -83,7 +84,10 @@ def run_row(clip: Path, out: Path, factory: ReplicaEngine | ClassicEngine, gpus:
     try:
         opts = BatchOptions((str(clip),), out, overwrite=True, workers=workers,
                             gpus_per_worker=(1 / per_gpu) if gpus else 0.0,
-                            cpus_per_worker=1.0, chunk_seconds=chunk_s, executor=executor)
+                            cpus_per_worker=cpus_per_worker, chunk_seconds=chunk_s,
+                            executor=executor,
+                            **({"video": VideoOptions(threads=codec_threads)}
+                               if codec_threads else {}))
         return run_batch(opts, factory, neural=factory.config.engine == "neural",
                          detect_every=factory.config.detect_every,
                          quiet=True, on_line=lambda s: print(f"  [batch] {s}", flush=True))
@@ -124,6 +128,11 @@ def main() -> None:
     ap.add_argument("--fill", type=int, default=None, metavar="GPU",
                     help="hold 90 %% of this GPU's memory in another process during the rows")
     ap.add_argument("--alone-frames", type=int, default=200)
+    ap.add_argument("--cpus-per-worker", type=float, default=None,
+                    help="each worker's CPU share (default: livefuse's, the cores shared "
+                         "evenly; trees before 2026-12-03 need 1)")
+    ap.add_argument("--codec-threads", type=int, default=0,
+                    help="each worker's decoder and encoder threads (default: its CPU share)")
     args = ap.parse_args()
     w, h = (int(v) for v in args.size.split("x"))
     executor = args.executor
@@ -169,9 +178,10 @@ def main() -> None:
                 chunk_s = args.chunk_seconds or max(2.0, args.seconds / (2 * workers))
                 out = d / f"out{g}"
                 summary = run_row(clip, out, factory, g, args.workers_per_gpu, executor,
-                                  chunk_s)
-                results[g] = print_row(f"{g} x {args.workers_per_gpu}", summary, clip, out,
-                                       alone)
+                                  chunk_s, args.cpus_per_worker, args.codec_threads)
+                label = f"{g} x {args.workers_per_gpu}" + (
+                    f", {args.codec_threads} codec threads" if args.codec_threads else "")
+                results[g] = print_row(label, summary, clip, out, alone)
         finally:
             if filler is not None:
                 filler.kill()

@@ -17,11 +17,13 @@ import av
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+# BENCH_TREE: another livefuse tree for an A/B in one device call (the landed code's figures)
+ROOT = Path(os.environ.get("BENCH_TREE") or HERE.parent).resolve()
 sys.path[:0] = [str(ROOT), str(HERE)]
 # Ray's worker processes inherit the environment, not this sys.path
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT), str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+__import__("livefuse")  # before bench_frame_path, which puts this checkout first on the path
 
 from bench_frame_path import _indexed, build, frames_for  # noqa: E402
 

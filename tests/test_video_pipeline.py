@@ -381,3 +381,39 @@ def _face_clip(path: Path, t1_path: Path, analyser, frames: int) -> Path:  # typ
     c = (float(face.bbox[0] + face.bbox[2]) / 2, float(face.bbox[1] + face.bbox[3]) / 2)
     return write_clip(motion_clip(photo, (320, 240), frames, centre=c, face_px=face.width,
                                   face_width=110), path, rate=Fraction(30000, 1001))
+
+
+def test_threads_bound_the_decoder_and_the_encoder(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch worker's CPU share reaches both codecs (issue 16: four workers each with
+    FFmpeg's own choice ran 160 codec threads on 16 cores)."""
+    import livefuse.io.video as video
+
+    seen: list[tuple[int, int]] = []
+    flush = video._Encoder.flush
+
+    def spy(self: Any) -> None:
+        seen.append((self.dec.vin.codec_context.thread_count,
+                     self.vout.codec_context.thread_count))
+        flush(self)
+
+    monkeypatch.setattr(video._Encoder, "flush", spy)
+    src = ntsc_clip(tmp_path / "in.mp4", frames=6, audio_tracks=0, size=(128, 96))
+    transcode(src, tmp_path / "a.mp4", lambda f, i: f, options=VideoOptions(threads=2))
+    transcode(src, tmp_path / "b.mp4", lambda f, i: f, options=VideoOptions(threads=3))
+    assert seen == [(2, 2), (3, 3)]
+
+
+def test_a_batch_worker_gives_its_cpu_share_to_the_codecs() -> None:
+    from livefuse.batch.executor import even_share
+    from livefuse.batch.worker import BatchWorker
+
+    assert BatchWorker(MarkingEngine, threads=4).video.threads == 6  # x264's 1.5 per core
+    assert BatchWorker(MarkingEngine, threads=1).video.threads == 2
+    assert BatchWorker(MarkingEngine, threads=3).video.threads == 5
+    assert BatchWorker(MarkingEngine, VideoOptions(threads=2), threads=4).video.threads == 2
+    assert BatchWorker(MarkingEngine).video.threads == 0  # FFmpeg's own choice
+    assert even_share(16, 16, 4) == 4.0  # the H200 host, four workers on its one GPU
+    assert even_share(10, 10, 4) == 2.0  # whole threads
+    assert even_share(2, 2, 4) == 0.5  # every actor still fits
+    assert even_share(32, 16, 1) == 16.0  # never more than one node holds

@@ -197,6 +197,19 @@ def stop_ray() -> None:
         ray.shutdown()
 
 
+def even_share(cpus: float, node_cpus: float, workers: int) -> float:
+    """Each of ``workers`` actors' CPU share of a cluster with ``cpus`` CPUs, the largest node
+    having ``node_cpus``: whole CPUs where there are enough (x264 and the decoder take whole
+    threads), never more than one node holds, at least a fraction so that every actor fits."""
+    share = cpus / max(1, workers)
+    return float(min(int(share), int(node_cpus))) if share >= 1 else share
+
+
+def _node_cpus(ray: Any) -> float:
+    return max((float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes()
+                if n.get("Alive")), default=1.0)
+
+
 class RayPool:
     """Ray actors as batch workers.
 
@@ -207,7 +220,10 @@ class RayPool:
             allow at the given share.
         gpus_per_worker: GPU share per actor (fractional allowed); 0 for CPU workers; ``None``:
             1 for the ``neural`` engine when the cluster has a GPU, else 0.
-        cpus_per_worker: CPU share per actor (also its OpenCV thread count, rounded).
+        cpus_per_worker: CPU share per actor, also its OpenCV thread count (rounded) and
+            its codec threads (:func:`~livefuse.batch.worker.codec_threads`); ``None``: the
+            cluster's CPUs shared evenly among the actors (whole CPUs where there are enough):
+            four actors each with FFmpeg's own choice ran 160 codec threads on 16 cores.
         address: ``None`` embedded, else ``auto`` or ``HOST:PORT``.
         neural: the engine is the neural one.
 
@@ -217,7 +233,7 @@ class RayPool:
 
     def __init__(self, factory: Callable[[], Any], video: VideoOptions | None = None,
                  workers: int | None = None, gpus_per_worker: float | None = 0.0,
-                 cpus_per_worker: float = 1.0, address: str | None = None,
+                 cpus_per_worker: float | None = None, address: str | None = None,
                  neural: bool = False) -> None:
         self.owned = start_ray(address)
         import ray
@@ -231,8 +247,10 @@ class RayPool:
                                     f"{res.get('GPU', 0):g} GPU(s)")
             if workers is None:
                 share = res.get("GPU", 0) / gpus_per_worker if gpus_per_worker > 0 else \
-                    res.get("CPU", 1) / max(cpus_per_worker, 1e-6)
+                    res.get("CPU", 1) / max(cpus_per_worker or 1.0, 1e-6)
                 workers = max(1, int(share + 1e-9))
+            if cpus_per_worker is None:
+                cpus_per_worker = even_share(res.get("CPU", 1.0), _node_cpus(ray), workers)
             actor = ray.remote(_RayWorker).options(
                 num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_concurrency=2)
             threads = max(1, round(cpus_per_worker))

@@ -56,7 +56,8 @@ class BatchOptions:
         workers: worker count (``None``: Ray picks from the cluster's GPUs or CPUs; 1 without).
         gpus_per_worker: each worker's GPU share (``None``: 1 when the cluster has GPUs and the
             engine is neural, else 0).
-        cpus_per_worker: each Ray worker's CPU share.
+        cpus_per_worker: each Ray worker's CPU share, also its codec and OpenCV threads
+            (``None``: the cluster's CPUs shared evenly among the workers).
         address: join this Ray cluster (``auto`` or ``HOST:PORT``); ``None`` embedded.
         chunk_seconds: cut long videos into chunks of this length (``None``: automatic; 0: never).
         video: decoder and encoder.
@@ -69,7 +70,7 @@ class BatchOptions:
     overwrite: bool = False
     workers: int | None = None
     gpus_per_worker: float | None = None
-    cpus_per_worker: float = 1.0
+    cpus_per_worker: float | None = None
     address: str | None = None
     chunk_seconds: float | None = None
     video: VideoOptions = field(default_factory=VideoOptions)

@@ -9,13 +9,14 @@ spec between processes) and nothing imports Ray.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,6 +121,17 @@ class WorkerStats:
     errors: list[str] = field(default_factory=list)
 
 
+CODEC_THREADS_PER_CPU = 1.5
+"""Decoder and encoder threads per CPU of a worker's share: x264's own rule (its frame threads
+wait on each other's rows). On the H200 (16 cores), four workers of 4 CPUs ran 150-164 fps with 6
+threads each, 136-139 with 4 and 143 with 8 (docs/BENCHMARKS.md §13)."""
+
+
+def codec_threads(cpus: float) -> int:
+    """Decoder and encoder threads for a worker with a share of ``cpus`` CPUs (at least 1)."""
+    return max(1, math.floor(CODEC_THREADS_PER_CPU * cpus + 0.5))
+
+
 class BatchWorker:
     """Turns units into output files.
 
@@ -131,7 +143,9 @@ class BatchWorker:
         name: shown in the summary and the placement table.
         gpu_ids: the GPUs this worker was given (Ray fills it in the actor).
         node: where it runs (Ray's node id).
-        threads: OpenCV threads for this worker (a Ray actor's CPU share); ``None`` leaves it.
+        threads: this worker's CPU share (a Ray actor's): its OpenCV threads, and
+            :data:`CODEC_THREADS_PER_CPU` times as many decoder and encoder threads unless
+            ``video.threads`` names them; ``None`` leaves both.
 
     :meth:`run` is called from one thread at a time; :meth:`frames_done`, :meth:`mem_info` and
     :meth:`stats` may be called from another while it runs.
@@ -145,6 +159,8 @@ class BatchWorker:
             import cv2
 
             cv2.setNumThreads(max(1, threads))
+            if not self.video.threads:
+                self.video = replace(self.video, threads=codec_threads(threads))
         self.info = WorkerInfo(name, os.getpid(), socket.gethostname(), gpu_ids,
                                os.environ.get("CUDA_VISIBLE_DEVICES"), node)
         self._engine: Any = None
@@ -262,4 +278,5 @@ class BatchWorker:
         result.notes = summary.notes
 
 
-__all__ = ["BatchWorker", "EngineSpec", "UnitResult", "WorkerInfo", "WorkerStats"]
+__all__ = ["CODEC_THREADS_PER_CPU", "BatchWorker", "EngineSpec", "UnitResult", "WorkerInfo",
+           "WorkerStats", "codec_threads"]

@@ -115,6 +115,10 @@ class VideoOptions:
         crf: quality, on x264's CRF scale (other encoders are mapped onto it).
         pipelined: decode, stage, process, convert and encode on their own threads.
         depth: bounded queue size between two stages.
+        threads: threads of the CPU decoder and of a software encoder each; 0 leaves FFmpeg's
+            choice (one per core, x264 one and a half). A batch worker sets them from its CPU
+            share (:func:`livefuse.batch.worker.codec_threads`): four workers each with
+            FFmpeg's choice ran 160 codec threads on 16 cores.
     """
 
     encoder: str = "auto"
@@ -122,6 +126,7 @@ class VideoOptions:
     crf: int = DEFAULT_CRF
     pipelined: bool = True
     depth: int = 4
+    threads: int = 0
 
 
 @dataclass
@@ -298,12 +303,15 @@ class _Decoder:
     video, giving each frame its output timestamp. Input errors end the stream (the frames before
     them are kept); :meth:`incomplete` says whether the input ended early."""
 
-    def __init__(self, opened: OpenedVideo, src: Path, span: Span | None, decoder: str) -> None:
+    def __init__(self, opened: OpenedVideo, src: Path, span: Span | None, decoder: str,
+                 threads: int = 0) -> None:
         self.opened, self.src, self.span, self.decoder = opened, src, span, decoder
         inp = opened.container
         self.vin = inp.streams.video[0]
         if opened.decoder == "CPU":
             self.vin.thread_type = "AUTO"
+            if threads:
+                self.vin.codec_context.thread_count = threads
         self.rate = Fraction(self.vin.average_rate or self.vin.guessed_rate or Fraction(30))
         # The input's own time base, not 1/rate: a variable-rate clip (phones) has frames
         # closer together than 1/average-rate, which would round onto one tick and be
@@ -447,7 +455,7 @@ class _Encoder:
 
     def __init__(self, out: Any, choice: EncoderChoice, dec: _Decoder, size: tuple[int, int],
                  audio_map: dict[int, Any], src: Path,
-                 on_frame: Callable[[int], None] | None) -> None:
+                 on_frame: Callable[[int], None] | None, threads: int = 0) -> None:
         self.out, self.dec, self.audio_map, self.src = out, dec, audio_map, src
         self.on_frame = on_frame
         self.w, self.h = size
@@ -457,6 +465,8 @@ class _Encoder:
         vout.options = dict(choice.options)
         if choice.frame_threads and not choice.hardware:
             vout.codec_context.thread_type = "FRAME"
+        if threads and not choice.hardware:
+            vout.codec_context.thread_count = threads
         src_ctx, ctx = dec.vin.codec_context, vout.codec_context
         # the output describes its colours as the input did (a 709 recording stays 709)
         ctx.colorspace, ctx.color_range = src_ctx.colorspace, src_ctx.color_range
@@ -620,10 +630,10 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
             if opened.container.streams.audio and span is None else ""
         with opened.container as inp, _output(tmp, muxer_options(d, tb), s, d,
                                               audio_hint) as out:
-            dec = _Decoder(opened, s, span, decoder)
+            dec = _Decoder(opened, s, span, decoder, opts.threads)
             w, h = dec.vin.codec_context.width, dec.vin.codec_context.height
             audio_map: dict[int, Any] = {}
-            enc = _Encoder(out, choice, dec, (w, h), audio_map, s, on_frame)
+            enc = _Encoder(out, choice, dec, (w, h), audio_map, s, on_frame, opts.threads)
             if span is None:  # after the video: players and editors expect it as stream 0
                 for a in inp.streams.audio:
                     audio_map[a.index] = out.add_stream_from_template(a)

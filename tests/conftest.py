@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 
+# A shell starts a background job with SIGINT ignored (no job control), and Python then installs
+# no KeyboardInterrupt handler, nor do the processes it starts: the Ctrl-C tests would see
+# nothing. Take Python's own handler back, so the suite means the same in any launch.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # Qt tests run without a display; set before any Qt import (pytest-qt aborts otherwise).
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Tests never see the developer's own downloaded models: `--engine auto` then stays classic.

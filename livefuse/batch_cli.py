@@ -84,8 +84,9 @@ def add_parser(sub: Any) -> None:
                         "encoders) on one GPU (default: 1 for the neural engine when the "
                         "cluster has GPUs, else 0: CPU workers)")
     p.add_argument("--cpus-per-worker", type=_share, default=None, metavar="F",
-                   help="CPU share of each Ray worker, also its decoding and encoding threads "
-                        "(default: the cluster's CPUs shared evenly among the workers)")
+                   help="CPU share of each Ray worker; its decoder and encoder take 1.5 "
+                        "threads per CPU of it (default: the cluster's CPUs shared evenly "
+                        "among the workers)")
     p.add_argument("--address", default=None,
                    help="join a running Ray cluster (auto or HOST:PORT) instead of starting "
                         "an embedded one for this command")

@@ -185,3 +185,16 @@ def test_ctrl_c_cancels_every_task_cleans_up_and_leaves_no_ray_process(
     new = _ray_sessions() - before
     assert len(new) == 1, new  # the command's own embedded cluster
     assert _wait_gone(new.pop()) == []
+
+
+def test_a_cpu_share_no_machine_has_is_refused_not_waited_for(ray_cluster: str) -> None:
+    """Ray keeps an actor that fits no node pending for ever: ``batch --cpus-per-worker 100``
+    hung a new user's 2-core machine until it was killed."""
+    from livefuse.batch.executor import RayPool
+    from livefuse.errors import LivefuseError
+    from livefuse.testing.stub_engine import marking_engine
+
+    with pytest.raises(LivefuseError, match=r"--cpus-per-worker 3: no machine of the cluster "
+                                            r"has more than 2 CPUs"):
+        RayPool(marking_engine, workers=1, cpus_per_worker=3)
+

@@ -228,7 +228,8 @@ class RayPool:
         neural: the engine is the neural one.
 
     Raises:
-        LivefuseError: Ray missing, the cluster unreachable, or too few GPUs for one worker.
+        LivefuseError: Ray missing, the cluster unreachable, too few GPUs for one worker, or
+            more CPUs per worker than any machine of the cluster has.
     """
 
     def __init__(self, factory: Callable[[], Any], video: VideoOptions | None = None,
@@ -249,8 +250,12 @@ class RayPool:
                 share = res.get("GPU", 0) / gpus_per_worker if gpus_per_worker > 0 else \
                     res.get("CPU", 1) / max(cpus_per_worker or 1.0, 1e-6)
                 workers = max(1, int(share + 1e-9))
+            node_cpus = _node_cpus(ray)
             if cpus_per_worker is None:
-                cpus_per_worker = even_share(res.get("CPU", 1.0), _node_cpus(ray), workers)
+                cpus_per_worker = even_share(res.get("CPU", 1.0), node_cpus, workers)
+            elif cpus_per_worker > node_cpus:  # Ray would wait for such a machine for ever
+                raise LivefuseError(f"--cpus-per-worker {cpus_per_worker:g}: no machine of the "
+                                    f"cluster has more than {node_cpus:g} CPUs")
             actor = ray.remote(_RayWorker).options(
                 num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_concurrency=2)
             threads = max(1, round(cpus_per_worker))

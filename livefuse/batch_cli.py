@@ -4,6 +4,7 @@ chunks, across workers (Ray when installed: the ``batch`` extra)."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ def _share(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a finite number")
     if value < 0:
         raise argparse.ArgumentTypeError("must be >= 0")
     return value

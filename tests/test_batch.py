@@ -465,3 +465,17 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(
     (tmp_path / "file").write_bytes(b"")
     with pytest.raises(LivefuseError, match=r"is a file, not a folder"):
         plan_items([str(src)], tmp_path / "file" / "sub")
+
+
+@pytest.mark.parametrize("flag", ["--cpus-per-worker", "--gpus-per-worker", "--chunk-seconds"])
+def test_a_share_that_is_not_a_finite_number_is_refused_by_the_parser(
+        flag: str, tmp_path: Path, t1_path: Path, astronaut_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: ``nan`` passed the parser and ended in a ValueError traceback."""
+    from livefuse.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["batch", str(t1_path), "-o", str(tmp_path / "o"), "-s", str(astronaut_path),
+              flag, "nan"])
+    assert stop.value.code == 2
+    assert "'nan' is not a finite number" in capsys.readouterr().err

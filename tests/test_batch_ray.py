@@ -198,3 +198,39 @@ def test_a_cpu_share_no_machine_has_is_refused_not_waited_for(ray_cluster: str) 
                                             r"has more than 2 CPUs"):
         RayPool(marking_engine, workers=1, cpus_per_worker=3)
 
+
+def test_more_workers_than_the_cluster_holds_are_refused_not_waited_for(
+        ray_cluster: str) -> None:
+    """A new user's trial: ``--workers 2 --cpus-per-worker 2`` on 2 CPUs waited for ever."""
+    from livefuse.batch.executor import RayPool
+    from livefuse.errors import LivefuseError
+    from livefuse.testing.stub_engine import marking_engine
+
+    with pytest.raises(LivefuseError, match=r"--workers 3 x --cpus-per-worker 1 needs 3 CPUs; "
+                                            r"the cluster has 2"):
+        RayPool(marking_engine, workers=3, cpus_per_worker=1)
+    with pytest.raises(LivefuseError, match=r"--workers 5 x --gpus-per-worker 0.5 needs 2.5 "
+                                            r"GPUs; the cluster has 2"):
+        RayPool(marking_engine, workers=5, gpus_per_worker=0.5, cpus_per_worker=0.25)
+
+
+def test_a_source_without_a_face_is_one_line_from_a_ray_worker(
+        ray_cluster: str, tmp_path: Path) -> None:
+    """A new user's trial: the worker's NoFaceError came back as Ray's remote traceback."""
+    import cv2
+    import numpy as np
+
+    from livefuse.batch.executor import RayPool
+    from livefuse.errors import LivefuseError
+
+    plain = tmp_path / "plain.png"
+    cv2.imwrite(str(plain), np.full((200, 200, 3), 128, np.uint8))
+    pool = RayPool(EngineSpec(EngineConfig(engine="classic"), plain), workers=1)
+    try:
+        with pytest.raises(LivefuseError) as err:
+            pool.prepare()
+    finally:
+        pool.close()
+    text = str(err.value)
+    assert "plain.png" in text and "ray::" not in text and "\n" not in text.strip()
+

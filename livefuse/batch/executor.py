@@ -205,6 +205,13 @@ def even_share(cpus: float, node_cpus: float, workers: int) -> float:
     return float(min(int(share), int(node_cpus))) if share >= 1 else share
 
 
+def _cause(exc: Any) -> BaseException:
+    """The worker's own exception inside a ``RayTaskError``: the error itself, whose message is
+    the user's one line (``as_instanceof_cause`` keeps Ray's remote traceback as its text)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc.as_instanceof_cause()
+
+
 def _node_cpus(ray: Any) -> float:
     return max((float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes()
                 if n.get("Alive")), default=1.0)
@@ -256,6 +263,13 @@ class RayPool:
             elif cpus_per_worker > node_cpus:  # Ray would wait for such a machine for ever
                 raise LivefuseError(f"--cpus-per-worker {cpus_per_worker:g}: no machine of the "
                                     f"cluster has more than {node_cpus:g} CPUs")
+            # and for actors that the whole cluster cannot hold at once
+            for flag, share, kind in (("--cpus-per-worker", cpus_per_worker, "CPU"),
+                                      ("--gpus-per-worker", gpus_per_worker, "GPU")):
+                if share > 0 and workers * share > res.get(kind, 0) + 1e-9:
+                    raise LivefuseError(
+                        f"--workers {workers} x {flag} {share:g} needs {workers * share:g} "
+                        f"{kind}s; the cluster has {res.get(kind, 0):g}")
             actor = ray.remote(_RayWorker).options(
                 num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_concurrency=2)
             threads = max(1, round(cpus_per_worker))
@@ -291,7 +305,7 @@ class RayPool:
         try:
             ray.get(refs)
         except ray.exceptions.RayTaskError as exc:
-            cause = exc.as_instanceof_cause()
+            cause = _cause(exc)
             if isinstance(cause, LivefuseError):
                 raise cause from None
             raise
@@ -319,7 +333,7 @@ class RayPool:
         except ray.exceptions.RayActorError as exc:
             raise WorkerLost(str(exc).splitlines()[0]) from exc
         except ray.exceptions.RayTaskError as exc:  # run() let something through
-            cause = exc.as_instanceof_cause()
+            cause = _cause(exc)
             return UnitResult(unit, ok=False, worker=worker,
                               message=f"'{unit.item.input}': {type(cause).__name__}: {cause}")
         return res

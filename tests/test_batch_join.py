@@ -173,3 +173,19 @@ def test_the_join_shows_no_jump_in_tracking(tmp_path: Path, t1_path: Path,
         for i in range(start, start + 5):
             worst = max(worst, float(np.abs(part.kps[i] - whole.kps[i]).max()))
     assert worst < 0.05
+
+
+def test_chunks_cut_at_the_clean_cut_nearest_to_their_length() -> None:
+    """A new user's 20 s clip with a keyframe every 8.3 s ran whole with 10 s chunks: the first
+    cut past 10 s (16.7 s) left 3.3 s, too short to stand alone. The nearest one (8.3 s) cuts."""
+    from fractions import Fraction
+
+    from livefuse.batch.plan import KeyIndex
+
+    pts = tuple(range(600))  # 20 s at 30 fps, time base 1/30
+    index = KeyIndex(pts, (0, 250, 500), (0, 250, 500), Fraction(1, 30), Fraction(30))
+    assert [s.start for s in chunk_spans(index, 10.0)] == [0, 250]
+    # keyframes every second: the cuts land on the chunk length, as before
+    every_s = KeyIndex(pts, tuple(range(0, 600, 30)), tuple(range(0, 600, 30)), Fraction(1, 30),
+                       Fraction(30))
+    assert [s.start for s in chunk_spans(every_s, 5.0)] == [0, 150, 300, 450]

@@ -14,6 +14,7 @@ stream copy with every frame and timestamp in place. A keyframe followed by lead
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import glob
 import itertools
@@ -348,9 +349,15 @@ def chunk_spans(index: KeyIndex, chunk_s: float, warmup_s: float = WARMUP_S,
     origin = pts[0]
     step = max(1, round(chunk_s / float(index.tb)))
     starts = [origin]
-    for cut in index.cuts:
-        if cut >= starts[-1] + step and cut <= pts[-1]:
-            starts.append(cut)
+    cuts = sorted(c for c in index.cuts if origin < c <= pts[-1])
+    while True:
+        # the clean cut nearest to a chunk's length on, not the first one past it: with a
+        # keyframe every 8.3 s, 10 s chunks cut at 8.3 s rather than at 16.7 s (a new user's
+        # 20 s clip then ran whole, its last 3.3 s too short to stand alone)
+        later = cuts[bisect.bisect_right(cuts, starts[-1] + step // 2):]
+        if not later:
+            break
+        starts.append(min(later, key=lambda c: abs(c - (starts[-1] + step))))
     # a last chunk shorter than half a chunk joins the one before
     if len(starts) > 1 and pts[-1] - starts[-1] < step // 2:
         starts.pop()

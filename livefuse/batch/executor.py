@@ -235,8 +235,9 @@ class RayPool:
         neural: the engine is the neural one.
 
     Raises:
-        LivefuseError: Ray missing, the cluster unreachable, too few GPUs for one worker, or
-            more CPUs per worker than any machine of the cluster has.
+        LivefuseError: Ray missing, the cluster unreachable, too few GPUs for one worker,
+            more CPUs per worker than any machine of the cluster has, or more workers than the
+            cluster's CPUs or GPUs hold at their shares (Ray would wait for them for ever).
     """
 
     def __init__(self, factory: Callable[[], Any], video: VideoOptions | None = None,

@@ -56,8 +56,8 @@ class BatchOptions:
         workers: worker count (``None``: Ray picks from the cluster's GPUs or CPUs; 1 without).
         gpus_per_worker: each worker's GPU share (``None``: 1 when the cluster has GPUs and the
             engine is neural, else 0).
-        cpus_per_worker: each Ray worker's CPU share, also its codec and OpenCV threads
-            (``None``: the cluster's CPUs shared evenly among the workers).
+        cpus_per_worker: each Ray worker's CPU share: its OpenCV threads, and 1.5 codec
+            threads per CPU (``None``: the cluster's CPUs shared evenly among the workers).
         address: join this Ray cluster (``auto`` or ``HOST:PORT``); ``None`` embedded.
         chunk_seconds: cut long videos into chunks of this length (``None``: automatic; 0: never).
         video: decoder and encoder.

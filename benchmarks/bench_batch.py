@@ -25,6 +25,7 @@ import importlib.util
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from replica_video import (
@@ -35,6 +36,7 @@ from replica_video import (
     prepare,
     user_config,
 )
+from sampler import Sampler
 
 from livefuse.batch.runner import BatchOptions, BatchSummary, run_batch
 from livefuse.bench import git_commit, machine
@@ -110,7 +112,9 @@ def print_row(label: str, summary: BatchSummary, clip: Path, out: Path, alone: f
         vram = "-" if w.peak_vram_mib is None else f"{w.peak_vram_mib:.0f}"
         print(f"|   {i.name} | pid {i.pid} | CUDA_VISIBLE_DEVICES={i.cuda_visible_devices or '-'}"
               f" | GPU ids {','.join(i.gpu_ids) or '-'} | {w.units} units | {w.frames} frames "
-              f"| peak VRAM {vram} MiB | busy {w.busy_s:.1f} s |")
+              f"| peak VRAM {vram} MiB | busy {w.busy_s:.1f} s | "
+              + ", ".join(f"{k} {v:.1f}" for k, v in sorted(w.stage_s.items(),
+                                                            key=lambda kv: -kv[1])) + " |")
     for line in summary.lines():
         if line.startswith("failed"):
             print(f"  {line}")
@@ -148,7 +152,10 @@ def main() -> None:
         from bench_video import read_frames_head
 
         frames = read_frames_head(clip, args.alone_frames)
-        alone = engine_alone_fps(factory, frames, len(frames))
+        with Sampler() as sampler:
+            t0 = time.monotonic()
+            alone = engine_alone_fps(factory, frames, len(frames))
+            alone_window = sampler.window(t0, time.monotonic())
         import torch
 
         gpu = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"
@@ -156,7 +163,7 @@ def main() -> None:
               f"{torch.__version__}, {gpu} x {torch.cuda.device_count()}, executor: "
               f"{'Ray' if executor == 'ray' else 'in-process pool (no Ray)'}")
         print(f"# Engine.process alone (numpy in, staged ahead, user defaults, 1 face): "
-              f"{alone:.1f} fps")
+              f"{alone:.1f} fps ({alone_window.text(0)}, its engine build included)")
         filler = None
         if args.fill is not None:
             filler = subprocess.Popen([sys.executable, "-c", FILL, str(args.fill), "0.9"],
@@ -177,11 +184,16 @@ def main() -> None:
                 workers = max(1, g) * args.workers_per_gpu
                 chunk_s = args.chunk_seconds or max(2.0, args.seconds / (2 * workers))
                 out = d / f"out{g}"
-                summary = run_row(clip, out, factory, g, args.workers_per_gpu, executor,
-                                  chunk_s, args.cpus_per_worker, args.codec_threads)
+                with Sampler() as sampler:
+                    summary = run_row(clip, out, factory, g, args.workers_per_gpu, executor,
+                                      chunk_s, args.cpus_per_worker, args.codec_threads)
+                    t1 = time.monotonic()
                 label = f"{g} x {args.workers_per_gpu}" + (
                     f", {args.codec_threads} codec threads" if args.codec_threads else "")
                 results[g] = print_row(label, summary, clip, out, alone)
+                # the steady part: after the cluster and the workers' engines started
+                steady = sampler.window(t1 - (summary.seconds - summary.startup_s), t1)
+                print(f"|   machine after start-up | {steady.text(summary.frames)} |")
         finally:
             if filler is not None:
                 filler.kill()

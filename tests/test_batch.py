@@ -324,6 +324,11 @@ def test_in_process_workers_cut_a_long_video_and_join_it_exactly(
     assert not (out / CHUNK_DIR).exists()
     assert sum(w.units for w in summary.workers) >= 4  # chunks spread over both workers
     assert all(w.units > 0 for w in summary.workers)
+    # each worker's stage seconds add up from its chunks, and its line names the busiest
+    for w in summary.workers:
+        assert set(w.stage_s) == {"source", "stage", "process", "convert", "sink"}
+        assert 0 < sum(w.stage_s.values()) <= w.busy_s * 5
+    assert all("busiest stage " in ln for ln in summary.lines() if ln.startswith("  w"))
 
 
 def test_a_long_video_that_cannot_be_cut_runs_whole_and_the_summary_says_why(

@@ -135,7 +135,8 @@ class BatchSummary:
             vram = "-" if w.peak_vram_mib is None else f"{w.peak_vram_mib:.0f} MiB"
             out.append(f"  {i.name}: pid {i.pid} on {i.host}, {w.device}, GPU {gpu}, "
                        f"CUDA_VISIBLE_DEVICES={i.cuda_visible_devices or '-'}: {w.units} units, "
-                       f"{w.frames} frames, busy {w.busy_s:.1f} s, peak VRAM {vram}")
+                       f"{w.frames} frames, busy {w.busy_s:.1f} s, peak VRAM {vram}"
+                       + (f", busiest stage {w.busiest()}" if w.stage_s else ""))
         out += [f"note: {n}" for n in self.notes]
         for r in self.incomplete:
             earlier = " (an earlier run's output, kept)" if r.status == "skipped" else ""

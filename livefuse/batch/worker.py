@@ -119,6 +119,21 @@ class WorkerStats:
     peak_vram_mib: float | None = None
     device: str = "cpu"
     errors: list[str] = field(default_factory=list)
+    stage_s: dict[str, float] = field(default_factory=dict)
+    """Seconds each stage of its videos' chains worked (decode ``source``, ``stage``,
+    ``process``, ``convert``, encode ``sink``), summed over its units: the busiest one is what
+    held this worker back."""
+
+    def busiest(self) -> str:
+        """``"encode 8.1 s"``: the stage that worked longest, or ``""`` when no video ran."""
+        if not self.stage_s:
+            return ""
+        stage, seconds = max(self.stage_s.items(), key=lambda kv: kv[1])
+        return f"{STAGE_NAMES.get(stage, stage)} {seconds:.1f} s"
+
+
+STAGE_NAMES = {"source": "decode", "stage": "upload", "sink": "encode"}
+"""The video chain's stage names (:mod:`livefuse.io.pipeline`) as a user reads them."""
 
 
 CODEC_THREADS_PER_CPU = 1.5
@@ -272,6 +287,9 @@ class BatchWorker:
                                 video=self.video, span=unit.span, on_frame=count,
                                 cancel=self.cancel)
             result.incomplete = summary.incomplete
+            if summary.stats is not None:
+                for stage, seconds in summary.stats.busy_s.items():
+                    self._stats.stage_s[stage] = self._stats.stage_s.get(stage, 0.0) + seconds
         result.ok = True
         result.frames = summary.frames
         result.faces_found, result.faces_swapped = summary.faces_found, summary.faces_swapped

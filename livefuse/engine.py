@@ -580,21 +580,59 @@ class Engine:
         """
         if self._source is None:
             raise RuntimeError("Engine.process called before set_source")
-        given: StagedFrame | None = None
-        if not isinstance(frame, StagedFrame):
-            staged = self.stage(frame)
-        elif self.stager is not None and not self._staged_here(frame):
-            # staged by no stager (captured while the engine was being rebuilt) or by another
-            # engine's on another device: upload it now, from its host copy
-            staged, given = self.stage(frame.host), frame
-        else:
-            staged = frame
+        staged, given = self._staged(frame)
         try:
             return self._process(staged, index, t_capture_ns, strict, in_place)
         finally:
             for done in (staged, given):
                 if done is not None and done.release is not None:
                     done.release()
+
+    def track(self, frame: Frame | StagedFrame, index: int = 0,
+              t_capture_ns: int | None = None) -> FramePacket:
+        """Run only what carries into the next frames of a video: detection or tracking, the
+        face selection and the smoothing; nothing is rendered or pasted (``packet.output`` is
+        the frame as it came).
+
+        For frames whose output nobody keeps: ``livefuse batch`` runs the warm-up second before
+        each chunk through it, so that the chunk's first written frame meets the tracker and
+        the smoothing in the state one run over the whole video leaves them in, without paying
+        for swaps it throws away. With the pose cache on (its entries carry into the next frames
+        too) the frame is processed whole, as it is when a live session's graph sweep is due.
+
+        Args and errors as :meth:`process` (a still image has no next frame: no ``strict``).
+        """
+        if self.cache.enabled or (self.warm_up_first and self.path.warms):
+            return self.process(frame, index, t_capture_ns, in_place=True)
+        if self._source is None:
+            raise RuntimeError("Engine.track called before set_source")
+        staged, given = self._staged(frame)
+        try:
+            t_cap = time.perf_counter_ns() if t_capture_ns is None else t_capture_ns
+            packet = FramePacket(index=index, t_capture_ns=t_cap, frame=staged.host)
+            self.path.begin(staged)
+            t0 = time.perf_counter_ns()
+            packet.faces = self._find(staged, False, t_cap / 1e9, packet)
+            # the device reads the staged frame until here: its buffer may be lent again next
+            self.path.synchronize()
+            packet.timings_ms["detect" if packet.detected else "track"] = _ms(t0)
+            packet.output = staged.host
+            return packet
+        finally:
+            for done in (staged, given):
+                if done is not None and done.release is not None:
+                    done.release()
+
+    def _staged(self, frame: Frame | StagedFrame) -> tuple[StagedFrame, StagedFrame | None]:
+        """``frame`` staged on this engine's path, and the staged frame it came as when that had
+        to be staged again (both are released after the frame's work)."""
+        if not isinstance(frame, StagedFrame):
+            return self.stage(frame), None
+        if self.stager is not None and not self._staged_here(frame):
+            # staged by no stager (captured while the engine was being rebuilt) or by another
+            # engine's on another device: upload it now, from its host copy
+            return self.stage(frame.host), frame
+        return frame, None
 
     def _not_selected(self, face: Face) -> str:
         """Why a face found was left out by the face selector."""

@@ -158,6 +158,10 @@ class EngineProcessor:
     def stage(self, frame: Frame) -> StagedFrame:
         return self.engine.stage(frame)
 
+    def warm(self, staged: StagedFrame, index: int, t_s: float) -> None:
+        # a chunk's warm-up frame: tracked, not swapped, and not counted (it is not written)
+        self.engine.track(staged, index=index, t_capture_ns=round(t_s * 1e9))
+
     def process(self, staged: StagedFrame, index: int, t_s: float) -> Processed:
         packet = self.engine.process(staged, index=index, t_capture_ns=round(t_s * 1e9),
                                      in_place=True)

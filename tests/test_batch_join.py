@@ -159,6 +159,12 @@ def test_the_join_shows_no_jump_in_tracking(tmp_path: Path, t1_path: Path,
             assert p.output is not None
             return p.output
 
+        def warm(self, staged: object, index: int, t_s: float) -> None:
+            p = self.engine.track(staged, index=index,  # type: ignore[arg-type]
+                                  t_capture_ns=round(t_s * 1e9))
+            if p.faces:
+                self.kps[index] = p.faces[0].kps.copy()
+
     whole = Recorder()
     transcode(src, tmp_path / "whole.mp4", processor=whole)
     index = key_index(src)
@@ -189,3 +195,56 @@ def test_chunks_cut_at_the_clean_cut_nearest_to_their_length() -> None:
     every_s = KeyIndex(pts, tuple(range(0, 600, 30)), tuple(range(0, 600, 30)), Fraction(1, 30),
                        Fraction(30))
     assert [s.start for s in chunk_spans(every_s, 5.0)] == [0, 150, 300, 450]
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_warm_up_frames_are_tracked_not_swapped(tmp_path: Path, t1_path: Path, analyser,
+                                                cache: bool) -> None:  # type: ignore[no-untyped-def]
+    """A chunk's warm-up second is not written, so its frames go through ``Engine.track``: no
+    swap is rendered for them, and the chunk comes out pixel for pixel as it did when they were
+    swapped whole. With the pose cache on (its entries carry into the chunk) they still are."""
+    from clips import face_clip
+
+    from livefuse.config import CacheConfig, EngineConfig
+    from livefuse.engine import Engine
+    from livefuse.imaging import LoadedImage, load_image
+    from livefuse.run import EngineProcessor, RunSummary
+    from livefuse.samples import astronaut
+
+    photo = load_image(t1_path).bgr
+    face = max(analyser.detect(photo), key=lambda f: f.area)
+    src = face_clip(tmp_path / "talk.mp4", photo, face.bbox, 60, gop=15, audio_tracks=0)
+    index = key_index(src)
+    assert index is not None
+    span = chunk_spans(index, 1.0, warmup_s=0.5)[1]
+    warm = index.pts.index(span.start) - span.first_index
+    assert warm == 15
+
+    def chunk(name: str, swap_warm_up: bool) -> tuple[list[np.ndarray], int]:
+        engine = Engine(EngineConfig(engine="classic", detect_every=3), analyser=analyser,
+                        cache=CacheConfig(enabled=cache))
+        engine.set_source(LoadedImage(bgr=astronaut(), alpha=None, path=Path("a.png")))
+        renders = 0
+        render = engine.renderer.render
+
+        def counted(*args, **kw):  # type: ignore[no-untyped-def]
+            nonlocal renders
+            renders += 1
+            return render(*args, **kw)
+
+        engine.renderer.render = counted  # type: ignore[method-assign]
+        processor = EngineProcessor(engine, RunSummary(src, tmp_path / name))
+        if swap_warm_up:  # how chunks ran before: every warm-up frame swapped and thrown away
+            processor.warm = lambda staged, i, t_s: processor.process(  # type: ignore[method-assign]
+                staged, i, t_s) and None
+        transcode(src, tmp_path / name, processor=processor, span=span)
+        return read_frames(tmp_path / name), renders
+
+    tracked, renders = chunk("tracked.mp4", False)
+    swapped, renders_before = chunk("swapped.mp4", True)
+    assert len(tracked) == len(swapped) > 0
+    assert all(np.array_equal(a, b) for a, b in zip(tracked, swapped, strict=True))
+    if cache:
+        assert renders == renders_before
+    else:  # one swap per written frame, none for the warm-up's
+        assert (renders, renders_before) == (len(tracked), len(tracked) + warm)

@@ -229,3 +229,40 @@ def test_live_frames_are_captured_into_lent_buffers_and_staged_without_a_copy(
         want = expected[int(out[0, 0, 0])]
         assert want is not None
         assert np.abs(out.astype(int) - want).max() <= 1
+
+
+def test_track_leaves_the_state_process_does_on_the_device_path(
+        paths: NeuralPaths, source_path: Path) -> None:
+    """``Engine.track`` (a batch chunk's warm-up frames) on the GPU frame path, here on CPU
+    tensors: no swap rendered, and the next frame comes out as after frames swapped whole."""
+    cfg = EngineConfig(engine="neural", backend="torch", precision="fp32", device="cpu",
+                       detect_every=2)
+    frames = [_frame((10 + (i % 2), 9), 2 + i) for i in range(4)]
+
+    def run(warm: bool) -> tuple[np.ndarray, int]:
+        engine = cpu_device_path(Engine(cfg, components=build_neural(cfg, paths)))
+        engine.set_source(load_image(source_path))
+        renders = 0
+        render = engine.renderer.render
+
+        def counted(*args, **kw):  # type: ignore[no-untyped-def]
+            nonlocal renders
+            renders += 1
+            return render(*args, **kw)
+
+        engine.renderer.render = counted  # type: ignore[method-assign]
+        for i, f in enumerate(frames[:-1]):
+            p = engine.track(f.copy(), i, i * 33_000_000) if warm else \
+                engine.process(f.copy(), i, i * 33_000_000)
+            assert len(p.faces) == 1
+            if warm:
+                assert p.swapped == 0 and p.output is not None
+                assert np.array_equal(p.output, f)  # as it came
+        last = engine.process(frames[-1].copy(), 3, 3 * 33_000_000)
+        assert last.output is not None and last.swapped == 1
+        return last.output, renders
+
+    tracked, renders = run(True)
+    swapped, renders_whole = run(False)
+    assert np.array_equal(tracked, swapped)
+    assert (renders, renders_whole) == (1, 4)

@@ -192,6 +192,11 @@ class FrameProcessor(Protocol):
         timestamp in seconds from the video's first frame."""
         ...
 
+    def warm(self, staged: Any, index: int, t_s: float) -> None:
+        """A frame of a chunk's warm-up (:attr:`Span.warm_from` up to ``Span.start``): it is
+        not written, so only what carries into the next frames has to run."""
+        ...
+
 
 class _FunctionProcessor:
     def __init__(self, fn: Callable[[Frame, int], Frame]) -> None:
@@ -202,6 +207,9 @@ class _FunctionProcessor:
 
     def process(self, staged: Frame, index: int, t_s: float) -> Frame:
         return self.fn(staged, index)
+
+    def warm(self, staged: Frame, index: int, t_s: float) -> None:
+        self.fn(staged, index)  # a plain function may keep state from frame to frame
 
 
 def is_video_path(path: str | os.PathLike[str]) -> bool:
@@ -644,8 +652,7 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
             result.rate, result.size = dec.rate, (enc.ow, enc.oh)
             result.audio_streams_copied = len(audio_map)
             stages = [Stage("stage", lambda it: _set(it, processor.stage(it.img)), opts.depth),
-                      Stage("process", lambda it: _set(it, processor.process(
-                          it.img, it.index, it.t_s)), 2),
+                      Stage("process", lambda it: _processed(it, processor), 2),
                       Stage("convert", enc.convert, opts.depth)]
             try:
                 run_chain(dec, stages, enc.sink, threaded=opts.pipelined,
@@ -732,6 +739,15 @@ def _output(tmp: Path, options: dict[str, str], src: Path, dst: Path,
 
 def _set(item: _Item, value: Any) -> _Item:
     item.img = value
+    return item
+
+
+def _processed(item: _Item, processor: FrameProcessor) -> _Item:
+    if item.write:
+        item.img = processor.process(item.img, item.index, item.t_s)
+    else:  # a warm-up frame: nothing of it is written
+        processor.warm(item.img, item.index, item.t_s)
+        item.img = None
     return item
 
 

@@ -35,6 +35,7 @@ class MarkingEngine:
         self.delay_s = delay_s
         self.times_ns: list[int] = []
         self.indices: list[int] = []
+        self.tracked: list[int] = []  # the frames given to :meth:`track`
 
     def lend(self, shape: tuple[int, ...]) -> Frame | None:
         return None
@@ -58,6 +59,15 @@ class MarkingEngine:
         packet = FramePacket(index=index, t_capture_ns=t_capture_ns or 0, frame=host)
         packet.output, packet.found, packet.swapped = out, 1, 1
         packet.regions = [(0, 0, 8, 8)]
+        return packet
+
+    def track(self, frame: Frame | StagedFrame, index: int = 0,
+              t_capture_ns: int | None = None) -> FramePacket:
+        """As :meth:`livefuse.engine.Engine.track`: recorded in :attr:`tracked`, no mark."""
+        host = frame.host if isinstance(frame, StagedFrame) else frame
+        self.tracked.append(index)
+        packet = FramePacket(index=index, t_capture_ns=t_capture_ns or 0, frame=host)
+        packet.output, packet.found = host, 1
         return packet
 
     def process_image(self, frame: Frame) -> FramePacket:

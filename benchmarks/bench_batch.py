@@ -75,7 +75,7 @@ def exact(src: Path, out: Path) -> str:
 
 
 def run_row(clip: Path, out: Path, factory: ReplicaEngine | ClassicEngine, gpus: int,
-            per_gpu: int, executor: str, chunk_s: float, cpus_per_worker: float | None,
+            per_gpu: int, executor: str, chunk_s: float | None, cpus_per_worker: float | None,
             codec_threads: int = 0) -> BatchSummary:
     workers = max(1, gpus) * per_gpu
     own_ray = executor == "ray"
@@ -127,7 +127,7 @@ def main() -> None:
     ap.add_argument("--gpus", default="1", help="GPU counts to run on, e.g. 1,2 (0: CPU)")
     ap.add_argument("--workers-per-gpu", type=int, default=4)
     ap.add_argument("--chunk-seconds", type=float, default=None,
-                    help="default: so every worker gets two chunks")
+                    help="default: livefuse's own (--chunk-seconds auto), as a user runs it")
     ap.add_argument("--executor", choices=("auto", "ray", "local"), default="auto")
     ap.add_argument("--fill", type=int, default=None, metavar="GPU",
                     help="hold 90 %% of this GPU's memory in another process during the rows")
@@ -181,15 +181,15 @@ def main() -> None:
                     print(f"| {g} x {args.workers_per_gpu} | skipped: several GPUs need Ray "
                           "(the in-process pool runs every worker on one device) |")
                     continue
-                workers = max(1, g) * args.workers_per_gpu
-                chunk_s = args.chunk_seconds or max(2.0, args.seconds / (2 * workers))
+                chunk_s = args.chunk_seconds
                 out = d / f"out{g}"
                 with Sampler() as sampler:
                     summary = run_row(clip, out, factory, g, args.workers_per_gpu, executor,
                                       chunk_s, args.cpus_per_worker, args.codec_threads)
                     t1 = time.monotonic()
                 label = f"{g} x {args.workers_per_gpu}" + (
-                    f", {args.codec_threads} codec threads" if args.codec_threads else "")
+                    f", {args.codec_threads} codec threads" if args.codec_threads else "") + (
+                    f", {chunk_s:g} s chunks" if chunk_s is not None else "")
                 results[g] = print_row(label, summary, clip, out, alone)
                 # the steady part: after the cluster and the workers' engines started
                 steady = sampler.window(t1 - (summary.seconds - summary.startup_s), t1)

@@ -248,3 +248,28 @@ def test_warm_up_frames_are_tracked_not_swapped(tmp_path: Path, t1_path: Path, a
         assert renders == renders_before
     else:  # one swap per written frame, none for the warm-up's
         assert (renders, renders_before) == (len(tracked), len(tracked) + warm)
+
+
+def test_chunks_are_equal_and_the_auto_length_gives_every_worker_as_many() -> None:
+    """60 s with a keyframe every second in 7.5 s chunks came out as eight 7 s chunks and a 4 s
+    one (each cut placed from the one before, its error carried on), so on four workers one ran
+    540 frames while three ran 420. Cuts now go nearest to an even division of the video."""
+    from fractions import Fraction
+
+    from livefuse.batch.plan import Item, KeyIndex, auto_chunk_seconds
+
+    pts = tuple(range(1800))  # 60 s at 30 fps, time base 1/30
+    every_s = tuple(range(0, 1800, 30))
+    index = KeyIndex(pts, every_s, every_s, Fraction(1, 30), Fraction(30))
+    lengths = [((b or 1800) - a) / 30 for a, b in itertools.pairwise(
+        [s.start for s in chunk_spans(index, 7.5)] + [None])]
+    assert len(lengths) == 8 and sorted(lengths) == [7.0] * 4 + [8.0] * 4
+    assert [s.start for s in chunk_spans(index, 15.0)] == [0, 450, 900, 1350]
+
+    def video(seconds: float) -> Item:
+        return Item(Path("in.mp4"), Path("out.mp4"), "video", seconds=seconds)
+
+    # as many chunks for every worker: one each while two each would be under 10 s
+    assert auto_chunk_seconds([video(60.0)], 4) == 15.0
+    assert auto_chunk_seconds([video(200.0)], 4) == 25.0
+    assert auto_chunk_seconds([video(60.0)], 1) == 0.0

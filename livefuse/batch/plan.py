@@ -336,7 +336,8 @@ def key_index(path: Path) -> KeyIndex | None:
 
 def chunk_spans(index: KeyIndex, chunk_s: float, warmup_s: float = WARMUP_S,
                 detect_every: int = 1) -> list[Span]:
-    """Cut a video into chunks of about ``chunk_s`` seconds at its clean cut points.
+    """Cut a video into equal chunks of about ``chunk_s`` seconds (its length over the nearest
+    whole number of them), each at the clean cut point nearest to where it should start.
 
     Each chunk after the first starts its processing ``warmup_s`` earlier (rounded down to a
     multiple of ``detect_every`` frames, so detection falls on the frames it falls on in one run
@@ -347,19 +348,26 @@ def chunk_spans(index: KeyIndex, chunk_s: float, warmup_s: float = WARMUP_S,
     """
     pts = index.pts
     origin = pts[0]
-    step = max(1, round(chunk_s / float(index.tb)))
-    starts = [origin]
     cuts = sorted(c for c in index.cuts if origin < c <= pts[-1])
-    while True:
-        # the clean cut nearest to a chunk's length on, not the first one past it: with a
-        # keyframe every 8.3 s, 10 s chunks cut at 8.3 s rather than at 16.7 s (a new user's
-        # 20 s clip then ran whole, its last 3.3 s too short to stand alone)
-        later = cuts[bisect.bisect_right(cuts, starts[-1] + step // 2):]
-        if not later:
-            break
-        starts.append(min(later, key=lambda c: abs(c - (starts[-1] + step))))
+    # equal chunks, as many as fit: the video's length over the nearest whole number of chunk
+    # lengths. Each cut goes at the clean cut nearest to its place in that even division, so
+    # the cuts' errors do not add up: with a keyframe every second, 60 s in chunks of 7.5 s came
+    # out as eight 7 s chunks and a 4 s one, and the worker that got the short one as its third
+    # ran 540 frames while three ran 420 (docs/BENCHMARKS.md §13)
+    length = pts[-1] - origin + (pts[-1] - pts[-2] if len(pts) > 1 else 1)
+    count = max(1, round(length * float(index.tb) / chunk_s)) if chunk_s > 0 else 1
+    starts = [origin]
+    for k in range(1, count):
+        target = origin + length * k / count
+        # the nearest clean cut, not the first one past: with a keyframe every 8.3 s, 10 s
+        # chunks cut at 8.3 s rather than at 16.7 s (a new user's 20 s clip then ran whole)
+        at = bisect.bisect_left(cuts, target)
+        near = [c for c in cuts[max(0, at - 1):at + 1] if c > starts[-1]]
+        if near:
+            starts.append(min(near, key=lambda c: (abs(c - target), c)))
     # a last chunk shorter than half a chunk joins the one before
-    if len(starts) > 1 and pts[-1] - starts[-1] < step // 2:
+    step = length / count
+    if len(starts) > 1 and origin + length - starts[-1] < step / 2:
         starts.pop()
     position = {p: i for i, p in enumerate(pts)}
     warm = round(warmup_s * float(index.rate))
@@ -376,12 +384,16 @@ def chunk_spans(index: KeyIndex, chunk_s: float, warmup_s: float = WARMUP_S,
 
 
 def auto_chunk_seconds(items: Sequence[Item], workers: int) -> float:
-    """``--chunk-seconds auto``: no cuts for one worker; else chunks so every worker has about
-    two, within :data:`MIN_CHUNK_S` .. :data:`MAX_CHUNK_S` seconds."""
+    """``--chunk-seconds auto``: no cuts for one worker; else equal chunks, two per worker, or
+    one per worker when two would be shorter than :data:`MIN_CHUNK_S`, within
+    :data:`MIN_CHUNK_S` .. :data:`MAX_CHUNK_S` seconds."""
     if workers <= 1:
         return 0.0
     total = sum(i.seconds for i in items if i.kind == "video")
-    return min(MAX_CHUNK_S, max(MIN_CHUNK_S, total / (2 * workers)))
+    # whole rounds: two chunks each when they are long enough, else one each. Six 10 s chunks
+    # of a 60 s video on four workers kept two of them busy for twice as long as the others
+    rounds = 2 if total / (2 * workers) >= MIN_CHUNK_S else 1
+    return min(MAX_CHUNK_S, max(MIN_CHUNK_S, total / (rounds * workers)))
 
 
 def chunk_dir(item: Item) -> Path:

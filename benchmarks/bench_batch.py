@@ -76,7 +76,7 @@ def exact(src: Path, out: Path) -> str:
 
 def run_row(clip: Path, out: Path, factory: ReplicaEngine | ClassicEngine, gpus: int,
             per_gpu: int, executor: str, chunk_s: float | None, cpus_per_worker: float | None,
-            codec_threads: int = 0) -> BatchSummary:
+            codec_threads: int = 0, depth: int | None = None) -> BatchSummary:
     workers = max(1, gpus) * per_gpu
     own_ray = executor == "ray"
     if own_ray:
@@ -88,8 +88,9 @@ def run_row(clip: Path, out: Path, factory: ReplicaEngine | ClassicEngine, gpus:
                             gpus_per_worker=(1 / per_gpu) if gpus else 0.0,
                             cpus_per_worker=cpus_per_worker, chunk_seconds=chunk_s,
                             executor=executor,
-                            **({"video": VideoOptions(threads=codec_threads)}
-                               if codec_threads else {}))
+                            **({"video": VideoOptions(threads=codec_threads,
+                                                      depth=depth or VideoOptions.depth)}
+                               if codec_threads or depth else {}))
         return run_batch(opts, factory, neural=factory.config.engine == "neural",
                          detect_every=factory.config.detect_every,
                          quiet=True, on_line=lambda s: print(f"  [batch] {s}", flush=True))
@@ -137,6 +138,8 @@ def main() -> None:
                          "evenly; trees before 2026-12-03 need 1)")
     ap.add_argument("--codec-threads", type=int, default=0,
                     help="each worker's decoder and encoder threads (default: its CPU share)")
+    ap.add_argument("--depth", type=int, default=None,
+                    help="queue size between each worker's video stages (default: livefuse's)")
     args = ap.parse_args()
     w, h = (int(v) for v in args.size.split("x"))
     executor = args.executor
@@ -185,11 +188,13 @@ def main() -> None:
                 out = d / f"out{g}"
                 with Sampler() as sampler:
                     summary = run_row(clip, out, factory, g, args.workers_per_gpu, executor,
-                                      chunk_s, args.cpus_per_worker, args.codec_threads)
+                                      chunk_s, args.cpus_per_worker, args.codec_threads,
+                                      args.depth)
                     t1 = time.monotonic()
                 label = f"{g} x {args.workers_per_gpu}" + (
                     f", {args.codec_threads} codec threads" if args.codec_threads else "") + (
-                    f", {chunk_s:g} s chunks" if chunk_s is not None else "")
+                    f", {chunk_s:g} s chunks" if chunk_s is not None else "") + (
+                    f", depth {args.depth}" if args.depth else "")
                 results[g] = print_row(label, summary, clip, out, alone)
                 # the steady part: after the cluster and the workers' engines started
                 steady = sampler.window(t1 - (summary.seconds - summary.startup_s), t1)

@@ -17,7 +17,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Protocol
@@ -600,7 +600,7 @@ def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     s, d = Path(src), Path(dst)
     opts = options or VideoOptions()
     if crf is not None:
-        opts = VideoOptions(opts.encoder, opts.decoder, crf, opts.pipelined, opts.depth)
+        opts = replace(opts, crf=crf)  # the other options as given, threads too
     if d.suffix.lower() not in OUTPUT_VIDEO_SUFFIXES:
         raise VideoError(d, f"unsupported output suffix '{d.suffix}': use .mp4, .mkv or .mov")
     if d.exists() and s.exists() and d.resolve() == s.resolve():

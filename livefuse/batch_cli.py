@@ -107,6 +107,14 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run_batch_cli)
 
 
+def say(line: str) -> None:
+    """A status line on stderr, above the progress bar (which is redrawn under it) rather than
+    run into the bar's line, as a note that came while a video ran once was."""
+    from tqdm import tqdm
+
+    tqdm.write(f"[batch] {line}", file=sys.stderr)
+
+
 def run_batch_cli(args: argparse.Namespace) -> int:
     """Run ``livefuse batch``; the exit status is 0, :data:`EXIT_FAILED` when any item failed,
     or :data:`livefuse.errors.EXIT_INCOMPLETE` when none failed but an input ended early.
@@ -143,9 +151,6 @@ def run_batch_cli(args: argparse.Namespace) -> int:
     spec = EngineSpec(config, args.source.resolve(), args.source_face_index,
                       None if args.reference is None else args.reference.resolve())
 
-    def say(line: str) -> None:
-        print(f"[batch] {line}", file=sys.stderr, flush=True)
-
     summary = run_batch(opts, spec, neural=config.engine == "neural",
                         detect_every=config.detect_every, quiet=args.quiet, on_line=say,
                         plan=plan)
@@ -155,4 +160,4 @@ def run_batch_cli(args: argparse.Namespace) -> int:
     return EXIT_INCOMPLETE if summary.incomplete else 0
 
 
-__all__ = ["EXIT_FAILED", "add_parser", "run_batch_cli"]
+__all__ = ["EXIT_FAILED", "add_parser", "run_batch_cli", "say"]

@@ -484,3 +484,21 @@ def test_a_share_that_is_not_a_finite_number_is_refused_by_the_parser(
               flag, "nan"])
     assert stop.value.code == 2
     assert "'nan' is not a finite number" in capsys.readouterr().err
+
+
+def test_a_status_line_goes_above_the_progress_bar_not_into_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: the source note came out inside the progress bar's line."""
+    import sys
+
+    from tqdm import tqdm
+
+    from livefuse.batch_cli import say
+
+    bar = tqdm(total=10, desc="batch", file=sys.stderr, disable=False)
+    bar.update(3)
+    say("source: the source face is 81 px wide")
+    bar.close()
+    err = capsys.readouterr().err
+    at = err.index("[batch] source:")
+    assert err[at - 1] in "\r\n"  # the bar's line was cleared first

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clips import audio_packets, frame_times, ntsc_clip, vfr_clip
+from render_count import RenderCount
 
 from livefuse.batch.join import _decode_times, join_chunks
 from livefuse.batch.plan import chunk_spans, key_index
@@ -224,21 +225,13 @@ def test_warm_up_frames_are_tracked_not_swapped(tmp_path: Path, t1_path: Path, a
         engine = Engine(EngineConfig(engine="classic", detect_every=3), analyser=analyser,
                         cache=CacheConfig(enabled=cache))
         engine.set_source(LoadedImage(bgr=astronaut(), alpha=None, path=Path("a.png")))
-        renders = 0
-        render = engine.renderer.render
-
-        def counted(*args, **kw):  # type: ignore[no-untyped-def]
-            nonlocal renders
-            renders += 1
-            return render(*args, **kw)
-
-        engine.renderer.render = counted  # type: ignore[method-assign]
+        renders = RenderCount(engine)
         processor = EngineProcessor(engine, RunSummary(src, tmp_path / name))
         if swap_warm_up:  # how chunks ran before: every warm-up frame swapped and thrown away
             processor.warm = lambda staged, i, t_s: processor.process(  # type: ignore[method-assign]
                 staged, i, t_s) and None
         transcode(src, tmp_path / name, processor=processor, span=span)
-        return read_frames(tmp_path / name), renders
+        return read_frames(tmp_path / name), renders.n
 
     tracked, renders = chunk("tracked.mp4", False)
     swapped, renders_before = chunk("swapped.mp4", True)

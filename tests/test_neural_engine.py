@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from device_on_cpu import cpu_device_path
 from insightface.model_zoo.inswapper import INSwapper
+from render_count import RenderCount
 from replica_models import landmark_replica
 from synthetic_faces import build_arcface, build_scrfd
 
@@ -242,15 +243,7 @@ def test_track_leaves_the_state_process_does_on_the_device_path(
     def run(warm: bool) -> tuple[np.ndarray, int]:
         engine = cpu_device_path(Engine(cfg, components=build_neural(cfg, paths)))
         engine.set_source(load_image(source_path))
-        renders = 0
-        render = engine.renderer.render
-
-        def counted(*args, **kw):  # type: ignore[no-untyped-def]
-            nonlocal renders
-            renders += 1
-            return render(*args, **kw)
-
-        engine.renderer.render = counted  # type: ignore[method-assign]
+        renders = RenderCount(engine)
         for i, f in enumerate(frames[:-1]):
             p = engine.track(f.copy(), i, i * 33_000_000) if warm else \
                 engine.process(f.copy(), i, i * 33_000_000)
@@ -260,7 +253,7 @@ def test_track_leaves_the_state_process_does_on_the_device_path(
                 assert np.array_equal(p.output, f)  # as it came
         last = engine.process(frames[-1].copy(), 3, 3 * 33_000_000)
         assert last.output is not None and last.swapped == 1
-        return last.output, renders
+        return last.output, renders.n
 
     tracked, renders = run(True)
     swapped, renders_whole = run(False)

@@ -600,7 +600,8 @@ class Engine:
         for swaps it throws away. With the pose cache on (its entries carry into the next frames
         too) the frame is processed whole, as it is when a live session's graph sweep is due.
 
-        Args and errors as :meth:`process` (a still image has no next frame: no ``strict``).
+        Args and errors as :meth:`process` (a still image has no next frame: no ``strict``);
+        called on the thread that calls :meth:`process` (a video job's processing thread).
         """
         if self.cache.enabled or (self.warm_up_first and self.path.warms):
             return self.process(frame, index, t_capture_ns, in_place=True)

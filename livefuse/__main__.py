@@ -1,3 +1,3 @@
-from livefuse.cli import main
+from livefuse.cli import entry
 
-raise SystemExit(main())
+entry()

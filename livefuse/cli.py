@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -209,6 +210,24 @@ KeyboardInterrupt on its way up (Ray's ``ray.wait``) must not change the exit st
 def _on_sigterm(signum: int, frame: object) -> None:
     _TERMINATED.set()
     raise Terminated
+
+
+def entry() -> None:
+    """The ``livefuse`` command: :func:`main`, then exit with its status.
+
+    After Ctrl-C or SIGTERM in a process that ran Ray (``livefuse batch``), the clean-up has run
+    (partial outputs removed, the embedded cluster stopped) and the process ends at once: Ray's
+    core worker threads crashed the interpreter's own shutdown (exit 139, SIGSEGV, after
+    "livefuse: interrupted") when the interrupt came while the workers were starting.
+    """
+    code = main()
+    if code in (130, 143) and "ray" in sys.modules:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

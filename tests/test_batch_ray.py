@@ -234,3 +234,50 @@ def test_a_source_without_a_face_is_one_line_from_a_ray_worker(
     text = str(err.value)
     assert "plain.png" in text and "ray::" not in text and "\n" not in text.strip()
 
+
+
+def test_an_address_where_nothing_listens_is_refused_at_once() -> None:
+    """A new user's ``--address 127.0.0.1:1`` ran for minutes, printing Ray's C++ warnings."""
+    from livefuse.batch.executor import start_ray
+    from livefuse.errors import LivefuseError
+
+    t0 = time.monotonic()
+    with pytest.raises(LivefuseError, match=r"127\.0\.0\.1:1: nothing answers there"):
+        start_ray("127.0.0.1:1")
+    assert time.monotonic() - t0 < 10
+    with pytest.raises(LivefuseError, match="give auto or HOST:PORT"):
+        start_ray("nonsense")
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt(), SystemExit(signal.SIGTERM)])
+def test_an_interrupt_while_ray_starts_stops_what_started(
+        monkeypatch: pytest.MonkeyPatch, interrupt: BaseException) -> None:
+    """Ctrl-C 3 s into a new user's batch left Ray's agents running for a minute; SIGTERM then
+    ended it with Ray's bare exit 15 instead of the CLI's clean-up and 143."""
+    import ray
+
+    from livefuse.batch.executor import start_ray
+
+    def init(*args: object, **kw: object) -> None:
+        raise interrupt
+
+    shutdowns: list[bool] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(True))
+
+    def ours(signum: int, frame: object) -> None:  # the CLI's SIGTERM handler raises
+        raise _Stop
+
+    old = signal.signal(signal.SIGTERM, ours)
+    try:
+        with pytest.raises(_Stop if isinstance(interrupt, SystemExit) else KeyboardInterrupt):
+            start_ray(None)
+        assert signal.getsignal(signal.SIGTERM) is ours
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert shutdowns == [True]

@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import importlib.util
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -165,6 +167,8 @@ def start_ray(address: str | None = None, num_cpus: float | None = None,
         os.environ.setdefault("RAY_AUTH_MODE", "token")
     import ray
 
+    if address is not None and address != "auto":
+        _answers(address)
     if ray.is_initialized():
         return False
     common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR,
@@ -183,10 +187,40 @@ def start_ray(address: str | None = None, num_cpus: float | None = None,
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"--address {address}" if address else "the embedded Ray cluster"
         raise LivefuseError(f"{where}: {exc}") from exc
+    except BaseException as exc:
+        # Ctrl-C or SIGTERM while the cluster was starting: its processes may be up already
+        # (a new user's Ctrl-C 3 s in left Ray's agents running for a minute), and Ray's own
+        # SIGTERM handler ends the process with a bare exit 15
+        if address is None:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+        if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and callable(sigterm):
+            signal.signal(signal.SIGTERM, sigterm)
+            sigterm(signal.SIGTERM, None)  # the CLI's: raises its own, which cleans up
+        raise
     finally:
         if main and sigterm is not None:
             signal.signal(signal.SIGTERM, sigterm)
     return True
+
+
+def _answers(address: str) -> None:
+    """Refuse a ``HOST:PORT`` where nothing listens: ``ray.init`` retried it for minutes, with
+    Ray's C++ warnings for output (a new user's ``--address 127.0.0.1:1``).
+
+    Raises:
+        LivefuseError: not ``HOST:PORT``, or no connection within 5 s.
+    """
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise LivefuseError(f"--address {address}: give auto or HOST:PORT of a running cluster "
+                            "(`ray start --head` prints it)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5.0).close()
+    except OSError as exc:
+        raise LivefuseError(f"--address {address}: nothing answers there "
+                            f"({exc.strerror or exc}); is the cluster running (`ray status` on "
+                            "its head machine)?") from exc
 
 
 def stop_ray() -> None:

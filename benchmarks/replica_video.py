@@ -23,6 +23,12 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 # Ray's worker processes inherit the environment, not this sys.path
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT), str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+if os.environ.get("BENCH_TREE"):
+    # Ray puts the driver's working directory ahead of PYTHONPATH in its workers' sys.path: run
+    # from the other tree, or the workers import this checkout's livefuse (the batch A/Bs of
+    # docs/BENCHMARKS.md §13 before 2026-12-03's third session did: their base rows ran the new
+    # worker code)
+    os.chdir(ROOT)
 __import__("livefuse")  # before bench_frame_path, which puts this checkout first on the path
 
 from bench_frame_path import _indexed, build, frames_for  # noqa: E402

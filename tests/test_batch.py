@@ -319,6 +319,9 @@ def test_in_process_workers_cut_a_long_video_and_join_it_exactly(
     opts = BatchOptions((str(src),), out, executor="local", workers=2, chunk_seconds=1.0)
     summary = run_batch(opts, marking_engine, quiet=True)
     assert summary.count("done") == 1, summary.lines()
+    # the summary says the video was cut (5 s of 30000/1001 fps in chunks of 1 s)
+    assert "note: 1 video cut at keyframes into 5 chunks of about 1 s, processed side by side " \
+        "and joined" in "\n".join(summary.lines())
     assert frame_times(out / "long.mp4") == frame_times(src)
     assert audio_packets(out / "long.mp4") == audio_packets(src)
     assert not (out / CHUNK_DIR).exists()

@@ -219,6 +219,19 @@ def _missing_dirs(output_dir: Path, items: Sequence[Item]) -> list[Path]:
     return sorted((d for d in wanted if not d.exists()), key=lambda d: -len(d.parts))
 
 
+def chunked_note(units: Sequence[Unit]) -> list[str]:
+    """One line on the videos cut into chunks (how many, into how many chunks of about what
+    length), or none when no video was cut."""
+    cut = {u.item: u for u in units if u.chunks > 1}
+    if not cut:
+        return []
+    chunks = sum(u.chunks for u in cut.values())
+    seconds = sum(u.item.seconds for u in cut.values()) / chunks
+    videos = "1 video" if len(cut) == 1 else f"{len(cut)} videos"
+    return [f"{videos} cut at keyframes into {chunks} chunks of about {seconds:.0f} s, processed "
+            "side by side and joined (every frame, timestamp and audio packet of the input kept)"]
+
+
 def _clean_chunks(items: Sequence[Item]) -> None:
     """Remove chunk folders of ``items`` (and the shared chunk folder when it is empty)."""
     for item in items:
@@ -355,8 +368,9 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
         _clean_chunks(plan.items)
         whole: list[str] = []
         units = plan_units(plan.items, chunk_s, detect_every, whole)
-        summary.notes += whole
-        for n in whole:
+        cut = chunked_note(units)
+        for n in [*whole, *cut]:
+            summary.notes.append(n)
             on_line(f"note: {n}")
         # the longest first: the last unit to finish is a short one
         units.sort(key=lambda u: -u.frames)
@@ -390,4 +404,4 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
     return summary
 
 
-__all__ = ["BatchOptions", "BatchSummary", "ItemResult", "make_pool", "run_batch"]
+__all__ = ["BatchOptions", "BatchSummary", "ItemResult", "chunked_note", "make_pool", "run_batch"]

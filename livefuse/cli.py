@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from livefuse import __version__
 from livefuse.cli_args import (
@@ -139,8 +140,17 @@ def _gui_parser(sub: argparse._SubParsersAction) -> None:
     add_gui_parser(sub)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a bad option's error on one line and where to look, without the usage
+    text first (``batch``'s runs to 12 lines and pushed the error off a new user's screen);
+    its subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="livefuse", description="Real-time face swap for streamers. Without a command: "
                                      "the desktop app.", formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"livefuse {__version__}")

@@ -117,3 +117,18 @@ def test_bench_refuses_quality_options_without_quality(
 
     assert main(argv) == 2
     assert "only with --quality" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["batch", "-s", "face.jpg"], ["run", "--detect-every", "0"],
+                                  ["no-such-command"]])
+def test_a_bad_command_line_is_one_line_that_says_where_help_is(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `batch` printed its 12 lines of usage before the error."""
+    from livefuse.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert len(err.strip().splitlines()) == 1 and "usage:" not in err
+    assert err.startswith("livefuse") and "error: " in err and "--help')" in err

@@ -9,9 +9,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from livefuse import __version__
 from livefuse.cli_args import (
@@ -145,8 +145,24 @@ class _Parser(argparse.ArgumentParser):
     text first (``batch``'s runs to 12 lines and pushed the error off a new user's screen);
     its subcommands' parsers are of this class too."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: Mapping[str, argparse.ArgumentParser] = {}
+        """The subcommands' parsers, by name (filled on the top-level parser)."""
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """As argparse's, but an unknown option is reported by the subcommand it was given to
+        (argparse says ``livefuse: error: unrecognized arguments``, pointing at the top-level
+        help)."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            owner = self.commands.get(getattr(parsed, "command", None) or "", self)
+            owner.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="-v info, -vv debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.commands = sub.choices
 
     p = sub.add_parser(
         "run", help="swap a face into an image or a video (audio kept)",

@@ -131,7 +131,7 @@ def add_parser(sub: Any) -> None:
                     "sub-command: list them.", formatter_class=HelpFormatter)
     add_models_dir_arg(p, None)
     p.set_defaults(func=cmd_list)
-    msub = p.add_subparsers(dest="models_command")
+    msub = p.add_subparsers(dest="models_command", metavar="COMMAND")
     # SUPPRESS keeps a --models-dir given before the sub-command from being reset to None.
     q = msub.add_parser(
         "list", help="show every model, its status and licence",

@@ -132,3 +132,20 @@ def test_a_bad_command_line_is_one_line_that_says_where_help_is(
     assert exit_.value.code == 2
     assert len(err.strip().splitlines()) == 1 and "usage:" not in err
     assert err.startswith("livefuse") and "error: " in err and "--help')" in err
+
+
+@pytest.mark.parametrize(("argv", "prog"), [
+    (["run", "-s", "a", "-t", "b", "-o", "c", "--detect-evry", "2"], "run"),
+    (["batch", "x.mp4", "-s", "a", "-o", "o", "--bogus"], "batch"),
+    (["models", "frob"], "models")])
+def test_an_unknown_option_or_command_is_named_by_the_command_it_was_given_to(
+        argv: list[str], prog: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `run ... --detect-evry 2` said `livefuse: error: unrecognized
+    arguments` and pointed at the top-level help; `models frob` named `models_command`."""
+    from livefuse.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith(f"livefuse {prog}: error: ")
+    assert f"(see 'livefuse {prog} --help')" in err and "models_command" not in err

@@ -134,7 +134,8 @@ class BatchSummary:
             gpu = ",".join(i.gpu_ids) or "-"
             vram = "-" if w.peak_vram_mib is None else f"{w.peak_vram_mib:.0f} MiB"
             out.append(f"  {i.name}: pid {i.pid} on {i.host}, {w.device}, GPU {gpu}, "
-                       f"CUDA_VISIBLE_DEVICES={i.cuda_visible_devices or '-'}: {w.units} units, "
+                       f"CUDA_VISIBLE_DEVICES={i.cuda_visible_devices or '-'}: {w.units} unit"
+                       f"{'s' if w.units != 1 else ''}, "
                        f"{w.frames} frames, busy {w.busy_s:.1f} s, peak VRAM {vram}"
                        + (f", busiest stage {w.busiest()}" if w.stage_s else ""))
         out += [f"note: {n}" for n in self.notes]

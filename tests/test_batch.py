@@ -505,3 +505,15 @@ def test_a_status_line_goes_above_the_progress_bar_not_into_it(
     err = capsys.readouterr().err
     at = err.index("[batch] source:")
     assert err[at - 1] in "\r\n"  # the bar's line was cleared first
+
+
+def test_a_worker_line_counts_its_units_in_words() -> None:
+    """A new user's trial read "1 units"."""
+    from livefuse.batch.runner import BatchSummary
+    from livefuse.batch.worker import WorkerInfo, WorkerStats
+
+    def line(units: int) -> str:
+        stats = WorkerStats(WorkerInfo("w0", 1, "host", (), None, "local"), units=units)
+        return next(ln for ln in BatchSummary(workers=[stats]).lines() if ln.startswith("  w0"))
+
+    assert ": 1 unit, " in line(1) and ": 2 units, " in line(2)

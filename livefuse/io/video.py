@@ -303,7 +303,7 @@ class _Item:
     write: bool = True
     out: Any = None  # the av.VideoFrame for the encoder
     colour: _Colour | None = None
-    yuv: Any = None  # the decoded yuv420p samples (H * 3 / 2, W) uint8, when they can be kept
+    yuv: Any = None  # the decoded av.VideoFrame (yuv420p), when the output can reuse its samples
 
 
 class _Decoder:
@@ -397,12 +397,14 @@ class _Decoder:
             raise
 
     def _yuv(self, frame: Any) -> Any:
-        """The frame's own samples as one ``(H * 3 / 2, W) uint8`` array (a copy: the decoder
-        keeps referring to its frames), when the encoder can take them as they are."""
-        fmt = frame.format.name
-        if not self.keep_yuv or fmt not in _KEPT_FORMATS:
+        """The decoded frame itself when the encoder can take its samples as they are, else
+        ``None``. Not a copy: FFmpeg's decoded frames are reference-counted, the decoder writes
+        each new frame into a buffer no one else holds, and the convert stage only reads this
+        one (:func:`_copy_planes`)."""
+        if not self.keep_yuv or frame.format.name not in _KEPT_FORMATS or \
+                any(plane.line_size <= 0 for plane in frame.planes):  # bottom-up rows
             return None
-        return frame.to_ndarray(format=fmt)
+        return frame
 
     def _output_pts(self, pts: int | None) -> int:
         """The timestamp a written frame gets: its own; a missing one continues the cadence, a
@@ -505,13 +507,15 @@ class _Encoder:
         item.out, item.img, item.yuv = vf, None, None
         return item
 
-    def _patched(self, yuv: Any, img: Frame, regions: Sequence[Region], colour: _Colour) -> Any:
-        """The decoded samples ``yuv`` with only ``regions`` of ``img`` converted into them (a
-        face is a few percent of a 1080p frame; the whole-frame conversion cost more than the
-        rest of the job on the CPU). Regions grow to even bounds: a 4:2:0 chroma sample covers
-        2x2 pixels."""
+    def _patched(self, decoded: Any, img: Frame, regions: Sequence[Region],
+                 colour: _Colour) -> Any:
+        """A copy of the ``decoded`` frame's samples with only ``regions`` of ``img`` converted
+        into them (a face is a few percent of a 1080p frame; the whole-frame conversion cost
+        more than the rest of the job on the CPU). Regions grow to even bounds: a 4:2:0 chroma
+        sample covers 2x2 pixels."""
         h, w = self.h, self.w
-        luma, u, v = _planes(yuv, w, h)
+        vf = av.VideoFrame(w, h, "yuv420p")
+        luma, u, v = _copy_planes(decoded, vf)
         for x0, y0, x1, y1 in regions:
             x0, y0 = max(0, x0) & ~1, max(0, y0) & ~1
             x1, y1 = min(w, x1 + (x1 & 1)), min(h, y1 + (y1 & 1))
@@ -520,11 +524,10 @@ class _Encoder:
             # one thread: swscale's own threads cost more than they give on a face-sized region
             part = colour.to_yuv(av.VideoFrame.from_ndarray(
                 np.ascontiguousarray(img[y0:y1, x0:x1]), format="bgr24"), threads=1)
-            py, pu, pv = _planes(part.to_ndarray(format="yuv420p"), x1 - x0, y1 - y0)
+            py, pu, pv = _plane_views(part)
             luma[y0:y1, x0:x1] = py
             u[y0 // 2:y1 // 2, x0 // 2:x1 // 2] = pu
             v[y0 // 2:y1 // 2, x0 // 2:x1 // 2] = pv
-        vf = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
         vf.colorspace, vf.color_range = colour.space, colour.range
         vf.color_primaries, vf.color_trc = colour.primaries, colour.trc
         return vf
@@ -548,13 +551,25 @@ class _Encoder:
             self.out.mux(pkt)
 
 
-def _planes(yuv: Any, w: int, h: int) -> tuple[Any, Any, Any]:
-    """Views of the Y, U and V planes of PyAV's packed yuv420p array (the three planes one after
-    another, shaped ``(-1, w)``: the chroma planes need not start on a row)."""
-    flat = yuv.reshape(-1)
-    n, c = w * h, (w // 2) * (h // 2)
-    return (flat[:n].reshape(h, w), flat[n:n + c].reshape(h // 2, w // 2),
-            flat[n + c:n + 2 * c].reshape(h // 2, w // 2))
+def _plane_views(frame: Any) -> tuple[Any, ...]:
+    """Writable ``(height, width) uint8`` numpy views of a planar 8-bit frame's planes (each
+    plane's rows are ``line_size`` apart: FFmpeg pads them for alignment)."""
+    views = []
+    for plane in frame.planes:
+        rows = np.frombuffer(plane, np.uint8, count=plane.line_size * plane.height)
+        views.append(rows.reshape(plane.height, plane.line_size)[:, :plane.width])
+    return tuple(views)
+
+
+def _copy_planes(src: Any, dst: Any) -> tuple[Any, ...]:
+    """Copy a decoded 4:2:0 frame's samples into ``dst`` (same size) and return ``dst``'s plane
+    views. numpy copies without the GIL; PyAV's ``VideoFrame.from_ndarray`` held it for the whole
+    frame (about 1 ms at 1080p on the H200), which stalled the engine's thread in a pipelined
+    job (docs/BENCHMARKS.md §13)."""
+    views = _plane_views(dst)
+    for d, s in zip(views, _plane_views(src), strict=True):
+        d[...] = s
+    return views
 
 
 def transcode(src: str | os.PathLike[str], dst: str | os.PathLike[str],

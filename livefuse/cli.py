@@ -31,20 +31,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from livefuse.engine import Engine
     from livefuse.errors import EXIT_INCOMPLETE
     from livefuse.imaging import load_image
-    from livefuse.run import check_run_paths, run
+    from livefuse.run import check_run_paths, check_target_opens, run
 
     # before the engine and the source: a wrong output path costs no model load or detection
     check_run_paths(args.target, args.output, {"source": args.source,
                                                "reference": args.reference})
     _refuse_video_options_on_image(args)
     video = video_options(args)
+    # the inputs' contents too: a damaged file is the first line, not one after the engine's
+    source = load_image(args.source, "source")
+    reference = None if args.reference is None else load_image(args.reference, "reference")
+    check_target_opens(args.target)
     config = choose_engine(args)
     engine = Engine(config)
-    engine.set_source(load_image(args.source, "source"), face_index=args.source_face_index)
+    engine.set_source(source, face_index=args.source_face_index)
     for note in engine.source_notes:
         print(f"source: {note}", file=sys.stderr)
-    if args.reference is not None:
-        engine.set_reference(load_image(args.reference, "reference"))
+    if reference is not None:
+        engine.set_reference(reference)
         for note in engine.reference_notes:
             print(f"reference: {note}", file=sys.stderr)
     summary = run(engine, args.target, args.output, progress=not args.quiet,

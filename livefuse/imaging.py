@@ -107,13 +107,7 @@ def load_image(path: str | os.PathLike[str], role: str | None = None) -> LoadedI
     Raises:
         ImageLoadError: the file is missing, empty, truncated, not an image, or has no pixels.
     """
-    p = Path(path)
-    if not p.exists():
-        raise ImageLoadError(p, "file not found", role)
-    if p.is_dir():
-        raise ImageLoadError(p, "is a folder, not an image file", role)
-    if p.stat().st_size == 0:
-        raise ImageLoadError(p, "file is empty (0 bytes)", role)
+    p = _existing_file(Path(path), role)
     try:
         with Image.open(p) as im:
             im.load()  # decodes now so a truncated file fails here, not later
@@ -129,6 +123,34 @@ def load_image(path: str | os.PathLike[str], role: str | None = None) -> LoadedI
         raise ImageLoadError(p, f"decoded to an empty image of shape {bgr.shape}",
                              role)
     return LoadedImage(bgr=bgr, alpha=alpha, path=p, straight=straight)
+
+
+def check_image(path: str | os.PathLike[str], role: str | None = None) -> None:
+    """Read only an image file's header: a missing, empty or non-image file is refused in
+    milliseconds, before anything slow (a command builds its engine after this). A file whose
+    pixels are damaged past the header passes; :func:`load_image` refuses it.
+
+    Raises:
+        ImageLoadError: as :func:`load_image`, for what the header shows.
+    """
+    p = _existing_file(Path(path), role)
+    try:
+        with Image.open(p):
+            pass
+    except UnidentifiedImageError as exc:
+        raise ImageLoadError(p, "not a recognised image format", role) from exc
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageLoadError(p, f"cannot decode: {exc}", role) from exc
+
+
+def _existing_file(p: Path, role: str | None) -> Path:
+    if not p.exists():
+        raise ImageLoadError(p, "file not found", role)
+    if p.is_dir():
+        raise ImageLoadError(p, "is a folder, not an image file", role)
+    if p.stat().st_size == 0:
+        raise ImageLoadError(p, "file is empty (0 bytes)", role)
+    return p
 
 
 def swap_colour(image: LoadedImage) -> Frame:

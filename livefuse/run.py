@@ -17,6 +17,7 @@ from livefuse.errors import LivefuseError
 from livefuse.imaging import (
     ALPHA_SUFFIXES,
     IMAGE_SUFFIXES,
+    check_image,
     flatten_onto_black,
     is_image_path,
     keep_straight_colour,
@@ -306,6 +307,22 @@ def run(engine: Engine, target: Path, output: Path, progress: bool = True,
     if is_image_path(target):
         return run_image(engine, target, output)
     return run_video(engine, target, output, progress, video)
+
+
+def check_target_opens(target: Path) -> None:
+    """Open the target as :func:`run` will, without processing it: a video's container and
+    streams, an image's header. ``livefuse run`` calls it before building the engine, so a
+    damaged or mislabelled file is the first line the user reads, not a line after the
+    engine's.
+
+    Raises:
+        VideoError: the video cannot be opened or has no video stream.
+        ImageLoadError: the image is empty or not an image.
+    """
+    if is_video_path(target):
+        probe(target)
+    else:
+        check_image(target, "target")
 
 
 def check_run_paths(target: Path, output: Path,

@@ -286,6 +286,24 @@ def test_broken_video_is_a_clear_error(tmp_path: Path, astronaut_path: Path,
     assert "broken.mp4" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("damaged", ["source", "target image", "target video"])
+def test_a_damaged_input_is_the_first_line_before_any_engine_is_built(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path, damaged: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: a damaged target was reported after the engine's line and the
+    source photo's notes, as if the run had started."""
+    bad = tmp_path / ("broken.mp4" if damaged == "target video" else "broken.jpg")
+    bad.write_bytes(b"not a picture nor a video" * 20)
+    source = bad if damaged == "source" else astronaut_path
+    target = t1_path if damaged == "source" else bad
+    out = tmp_path / ("o.mp4" if damaged == "target video" else "o.png")
+    assert _run("-s", source, "-t", target, "-o", out) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("livefuse: error: ") and "broken" in captured.err
+    assert len(captured.err.splitlines()) == 1, captured.err
+
+
 def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--quiet", "--out", str(tmp_path / "demo")]) == 0
     text = capsys.readouterr().out

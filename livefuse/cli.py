@@ -150,6 +150,9 @@ class _Parser(argparse.ArgumentParser):
     its subcommands' parsers are of this class too."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # no abbreviations: `--over` taken for `--overwrite` today becomes an error in the
+        # release that adds `--overlay`, breaking a user's script; full names do not
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self.commands: Mapping[str, argparse.ArgumentParser] = {}
         """The subcommands' parsers, by name (filled on the top-level parser)."""

@@ -149,3 +149,19 @@ def test_an_unknown_option_or_command_is_named_by_the_command_it_was_given_to(
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith(f"livefuse {prog}: error: ")
     assert f"(see 'livefuse {prog} --help')" in err and "models_command" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["batch", "x.mp4", "-s", "a", "-o", "o", "--worker", "2"],
+    ["run", "-s", "a", "-t", "b.mp4", "-o", "c.mp4", "--detect", "2"]])
+def test_an_abbreviated_option_is_refused(argv: list[str],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse took `--worker` for `--workers`: a script written so breaks the day another
+    option starting the same way is added. Only full names are accepted."""
+    from livefuse.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "unrecognized arguments: " in err
+    assert argv[-2] in err

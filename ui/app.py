@@ -201,7 +201,7 @@ def add_parser(sub: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m livefuse_ui.app [gui options]``."""
-    parser = argparse.ArgumentParser(prog="livefuse-gui")
+    parser = argparse.ArgumentParser(prog="livefuse-gui", allow_abbrev=False)
     sub = parser.add_subparsers()
     add_parser(sub)
     args = parser.parse_args(["gui", *(sys.argv[1:] if argv is None else argv)])

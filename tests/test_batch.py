@@ -260,9 +260,13 @@ def _opts(src: Path, out: Path, **kw: object) -> BatchOptions:
 def test_one_bad_item_fails_alone_and_resume_skips_what_is_done(
         mixed: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    summary = run_batch(_opts(mixed, out), marking_engine, quiet=True)
+    lines: list[str] = []
+    summary = run_batch(_opts(mixed, out), marking_engine, quiet=True, on_line=lines.append)
     status = {r.item.input.name: r.status for r in summary.results}
     assert status == {"a.jpg": "done", "b.mp4": "done", "c.mp4": "failed", "d.png": "failed"}
+    # each failure is also a status line as it happens, not only in the summary at the end
+    assert sum(line.startswith(f"failed: {mixed / 'c.mp4'}: ") for line in lines) == 1
+    assert sum(line.startswith(f"failed: {mixed / 'd.png'}: ") for line in lines) == 1
     assert summary.failed == 2 and summary.frames == 61
     text = "\n".join(summary.lines())
     assert "failed: " + str(mixed / "c.mp4") in text and "damaged or incomplete" in text

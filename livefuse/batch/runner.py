@@ -310,6 +310,8 @@ class _Collector:
         self.results.append(ItemResult(item, "done" if ok else "failed", message, frames,
                                        incomplete, worker))
         self.progress.item(ok)
+        if not ok:  # as it happens: a season's batch runs for hours before its summary
+            self.on_line(f"failed: {item.input}: {message}")
 
 
 def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = False,

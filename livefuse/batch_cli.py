@@ -132,6 +132,11 @@ def run_batch_cli(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise LivefuseError(f"--workers {args.workers}: must be >= 1")
     video = video_options(args)
+    # the photos before the engine's line: an unreadable one is one error, first, not one per
+    # item after the engine's
+    load_image(args.source, "source")
+    if args.reference is not None:
+        load_image(args.reference, "reference")
     if args.engine == "auto" and _workers_without_gpu(args):
         from livefuse.models.engine_choice import neural_models_present
 
@@ -140,9 +145,6 @@ def run_batch_cli(args: argparse.Namespace) -> int:
                   "neural models on the CPU)", file=sys.stderr)
             args.engine = "classic"
     config = choose_engine(args)
-    load_image(args.source, "source")  # an unreadable photo is one error now, not one per item
-    if args.reference is not None:
-        load_image(args.reference, "reference")
     plan = plan_items(args.inputs, args.output_dir, args.recursive, args.overwrite,
                       other_inputs={"source": args.source, "reference": args.reference})
     opts = BatchOptions(tuple(args.inputs), args.output_dir, args.recursive, args.overwrite,

@@ -181,9 +181,11 @@ def run_live(args: argparse.Namespace) -> int:
         raise ConfigError(f"{' '.join(settings_given(args))}: --preset '{args.preset}' sets "
                           "the engine and cache settings; save a preset with them "
                           "(`livefuse presets save`) or leave --preset out")
+    # the photos before the engine is chosen: a damaged one is the first line, not one after
+    # the engine's
+    face = None if args.source is None else load_image(args.source, "source")
+    reference = None if args.reference is None else load_image(args.reference, "reference")
     config = app_config(args, with_engine=args.preset is None)
-    face = None if args.source is None else load_image(args.source)
-    reference = None if args.reference is None else load_image(args.reference)
     if args.virtual_cam:
         extras.require("vcam", "--virtual-cam")
     if args.metrics_port is not None:

@@ -521,3 +521,18 @@ def test_a_worker_line_counts_its_units_in_words() -> None:
         return next(ln for ln in BatchSummary(workers=[stats]).lines() if ln.startswith("  w0"))
 
     assert ": 1 unit, " in line(1) and ": 2 units, " in line(2)
+
+
+def test_a_damaged_source_photo_is_the_only_line_before_any_engine(
+        tmp_path: Path, t1_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It came after the engine's line ("engine: classic ..."), as if the batch had started."""
+    from livefuse.cli import main
+
+    bad = tmp_path / "face.jpg"
+    bad.write_bytes(b"not a picture" * 20)
+    assert main(["batch", str(t1_path), "-o", str(tmp_path / "o"), "-s", str(bad), "-q",
+                 "--executor", "local"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"livefuse: error: cannot read the source image '{bad}': not a "
+                            "recognised image format\n")
+    assert captured.out == "" and not (tmp_path / "o").exists()

@@ -483,3 +483,18 @@ def test_live_engines_warm_up_and_file_jobs_do_not() -> None:
     live = default_engine_factory(AppConfig(engine=EngineConfig(engine="classic")))
     assert getattr(live, "warm_up_first", False)
     assert not Engine(EngineConfig(engine="classic")).warm_up_first
+
+
+def test_live_cli_a_damaged_source_photo_is_the_only_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It came after the engine's line and without its role ("cannot read image")."""
+    from livefuse.cli import main
+
+    bad = tmp_path / "face.jpg"
+    bad.write_bytes(b"not a picture" * 20)
+    clip = write_clip([np.zeros((64, 64, 3), np.uint8)] * 3, tmp_path / "cam.mp4")
+    assert main(["live", "-s", str(bad), "--video", str(clip), "--duration", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"livefuse: error: cannot read the source image '{bad}': not a "
+                            "recognised image format\n")
+    assert captured.out == ""

@@ -94,10 +94,10 @@ def add_parser(sub: Any) -> None:
                    help="join a running Ray cluster (auto or HOST:PORT) instead of starting "
                         "an embedded one for this command")
     p.add_argument("--chunk-seconds", type=_chunk_seconds, default=None, metavar="S",
-                   help="cut videos longer than two chunks into equal chunks of about S "
-                        "seconds at keyframes; 0 never cuts (default: auto: none with one "
-                        "worker, else two per worker, or one each when two would be under "
-                        "10 s; 10..120 s)")
+                   help="cut videos at least one and a half chunks long into equal chunks "
+                        "of about S seconds at keyframes; 0 never cuts (default: auto: none "
+                        "with one worker, else two per worker, or one each when two would be "
+                        "under 10 s; auto picks between 10 and 120 s)")
     p.add_argument("--executor", choices=("auto", "ray", "local"), default="auto",
                    help="auto: Ray when installed, else this process; local: worker threads "
                         "in this process (default: %(default)s)")

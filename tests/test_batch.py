@@ -536,3 +536,22 @@ def test_a_damaged_source_photo_is_the_only_line_before_any_engine(
     assert captured.err == (f"livefuse: error: cannot read the source image '{bad}': not a "
                             "recognised image format\n")
     assert captured.out == "" and not (tmp_path / "o").exists()
+
+
+def test_a_video_of_one_and_a_half_chunks_or_more_is_cut(tmp_path: Path) -> None:
+    """A new user's trial: a 30 s video beside a 3 s clip on two workers got 16.5 s chunks
+    (auto) and, being under two of them, ran whole on one worker while the other idled (64 s
+    against 42 s for the video alone, cut)."""
+    from livefuse.batch.plan import auto_chunk_seconds, plan_units
+
+    src = ntsc_clip(tmp_path / "v.mp4", frames=50, gop=15)  # 1.67 s
+    items = plan_items([str(src)], tmp_path / "out", False, False).items
+    units = plan_units(items, 1.0)
+    assert [u.chunks for u in units] == [2, 2]
+    assert plan_units(items, 1.2)[0].chunks == 1  # 1.39 chunks: whole
+
+    def video(seconds: float) -> Item:
+        return Item(Path("in.mp4"), Path("out.mp4"), "video", seconds=seconds)
+
+    chunk = auto_chunk_seconds([video(30.0), video(3.0)], 2)
+    assert chunk == 16.5 and 30.0 >= 1.5 * chunk

@@ -46,6 +46,9 @@ tracking, the chosen face and landmark smoothing enter the chunk as they would i
 the whole video (the One-Euro filter's still-face time constant is 0.32 s)."""
 MIN_CHUNK_S = 10.0
 MAX_CHUNK_S = 120.0
+MIN_CHUNKS_TO_CUT = 1.5
+"""A video is cut when it is at least this many chunks long: :func:`chunk_spans` then makes two
+or more (its length over the nearest whole number of chunk lengths), each at least 3/4 of one."""
 CHUNK_DIR = ".livefuse-chunks"
 """Hidden folder under the output folder that holds a chunked video's parts until the join."""
 
@@ -403,8 +406,8 @@ def chunk_dir(item: Item) -> Path:
 
 def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1,
                notes: list[str] | None = None) -> list[Unit]:
-    """Units for ``items``: one per image and per short video; a video longer than two chunks
-    (and cuttable) gets one unit per chunk, each writing ``chunk_dir(item)/chunk-NNNN.mp4``.
+    """Units for ``items``: one per image and per short video; a video at least
+    :data:`MIN_CHUNKS_TO_CUT` chunks long (and cuttable) gets one unit per chunk, each writing ``chunk_dir(item)/chunk-NNNN.mp4``.
     A video long enough to cut that stays whole gets a line in ``notes`` saying why.
 
     Raises:
@@ -412,7 +415,10 @@ def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1,
     """
     units: list[Unit] = []
     for item in items:
-        if item.kind == "image" or chunk_s <= 0 or item.seconds < 2 * chunk_s:
+        # cut when the chunks come out at least two (the nearest whole number of chunk lengths,
+        # as chunk_spans divides): a 30 s video beside a 3 s clip on two workers got 16.5 s
+        # chunks and, under two of them long, ran whole on one worker while the other idled
+        if item.kind == "image" or chunk_s <= 0 or item.seconds < MIN_CHUNKS_TO_CUT * chunk_s:
             units.append(Unit(item, item.output, frames=item.frames))
             continue
         why = ""

@@ -37,6 +37,13 @@ def _share(text: str) -> float:
     return value
 
 
+def _cpu_share(text: str) -> float:
+    value = _share(text)
+    if value == 0:  # a Ray actor with no CPU is scheduled without limit, its codecs on none
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
 def _chunk_seconds(text: str) -> float | None:
     return None if text == "auto" else _share(text)
 
@@ -86,7 +93,7 @@ def add_parser(sub: Any) -> None:
                    help="GPU share of each Ray worker, e.g. 0.25 for four engines (and four "
                         "encoders) on one GPU (default: 1 for the neural engine when the "
                         "cluster has GPUs, else 0: CPU workers)")
-    p.add_argument("--cpus-per-worker", type=_share, default=None, metavar="F",
+    p.add_argument("--cpus-per-worker", type=_cpu_share, default=None, metavar="F",
                    help="CPU share of each Ray worker; its decoder and encoder take 1.5 "
                         "threads per CPU of it (default: the cluster's CPUs shared evenly "
                         "among the workers)")
@@ -145,6 +152,12 @@ def run_batch_cli(args: argparse.Namespace) -> int:
                   "neural models on the CPU)", file=sys.stderr)
             args.engine = "classic"
     config = choose_engine(args)
+    if args.address is None:  # workers on this machine: its model files are theirs
+        from livefuse.models.engine_choice import models_error
+
+        problem = models_error(config)
+        if problem is not None:  # now, not from every worker after the cluster started
+            raise problem
     plan = plan_items(args.inputs, args.output_dir, args.recursive, args.overwrite,
                       other_inputs={"source": args.source, "reference": args.reference})
     opts = BatchOptions(tuple(args.inputs), args.output_dir, args.recursive, args.overwrite,

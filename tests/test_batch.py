@@ -542,7 +542,7 @@ def test_a_video_of_one_and_a_half_chunks_or_more_is_cut(tmp_path: Path) -> None
     """A new user's trial: a 30 s video beside a 3 s clip on two workers got 16.5 s chunks
     (auto) and, being under two of them, ran whole on one worker while the other idled (64 s
     against 42 s for the video alone, cut)."""
-    from livefuse.batch.plan import auto_chunk_seconds, plan_units
+    from livefuse.batch.plan import MIN_CHUNKS_TO_CUT, auto_chunk_seconds, plan_units
 
     src = ntsc_clip(tmp_path / "v.mp4", frames=50, gop=15)  # 1.67 s
     items = plan_items([str(src)], tmp_path / "out", False, False).items
@@ -554,4 +554,34 @@ def test_a_video_of_one_and_a_half_chunks_or_more_is_cut(tmp_path: Path) -> None
         return Item(Path("in.mp4"), Path("out.mp4"), "video", seconds=seconds)
 
     chunk = auto_chunk_seconds([video(30.0), video(3.0)], 2)
-    assert chunk == 16.5 and 30.0 >= 1.5 * chunk
+    assert chunk == 16.5 and MIN_CHUNKS_TO_CUT * chunk <= 30.0
+
+
+def test_no_cpu_share_for_a_worker_is_refused_by_the_parser(
+        tmp_path: Path, t1_path: Path, astronaut_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `--cpus-per-worker 0` started two Ray workers with "0 CPU each"."""
+    from livefuse.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["batch", str(t1_path), "-o", str(tmp_path / "o"), "-s", str(astronaut_path),
+              "--cpus-per-worker", "0"])
+    assert stop.value.code == 2
+    assert "--cpus-per-worker: must be > 0" in capsys.readouterr().err
+
+
+def test_missing_neural_models_are_named_before_any_worker_starts(
+        tmp_path: Path, t1_path: Path, astronaut_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `--engine neural` without models started the Ray cluster and its
+    workers first (5.7 s), then failed; `run` says it in half a second."""
+    from livefuse.cli import main
+
+    assert main(["batch", str(t1_path), "-o", str(tmp_path / "o"), "-s", str(astronaut_path),
+                 "-q", "--engine", "neural", "--models-dir", str(tmp_path / "none"),
+                 "--executor", "local"]) == 2
+    captured = capsys.readouterr()
+    assert "'det_10g.onnx', 'w600k_r50.onnx', 'inswapper_128.onnx' are not in" in \
+        " ".join(captured.err.split())
+    assert "workers:" not in captured.err and captured.out == ""
+    assert not (tmp_path / "o").exists()

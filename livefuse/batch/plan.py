@@ -407,7 +407,8 @@ def chunk_dir(item: Item) -> Path:
 def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1,
                notes: list[str] | None = None) -> list[Unit]:
     """Units for ``items``: one per image and per short video; a video at least
-    :data:`MIN_CHUNKS_TO_CUT` chunks long (and cuttable) gets one unit per chunk, each writing ``chunk_dir(item)/chunk-NNNN.mp4``.
+    :data:`MIN_CHUNKS_TO_CUT` chunks long (and cuttable) gets one unit per chunk, each writing
+    ``chunk_dir(item)/chunk-NNNN.mp4``.
     A video long enough to cut that stays whole gets a line in ``notes`` saying why.
 
     Raises:

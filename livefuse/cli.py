@@ -299,10 +299,15 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"livefuse: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        # a batch stopped after hours: what it kept, and that running it again goes on
+        resume = "; the outputs finished are kept and the same command resumes after them" \
+            if args.command == "batch" else ""
         if _TERMINATED.is_set():
-            print("livefuse: terminated (SIGTERM); no partial output was kept", file=sys.stderr)
+            print(f"livefuse: terminated (SIGTERM); no partial output was kept{resume}",
+                  file=sys.stderr)
             return 143
-        print("livefuse: interrupted", file=sys.stderr)
+        print(f"livefuse: interrupted{'; no partial output was kept' if resume else ''}{resume}",
+              file=sys.stderr)
         return 130
     except BrokenPipeError:
         # `livefuse models list | head -1`: the reader left. Python's documented recipe: point

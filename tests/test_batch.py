@@ -585,3 +585,28 @@ def test_missing_neural_models_are_named_before_any_worker_starts(
         " ".join(captured.err.split())
     assert "workers:" not in captured.err and captured.out == ""
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("terminated", "code", "first"), [
+    (False, 130, "livefuse: interrupted; no partial output was kept"),
+    (True, 143, "livefuse: terminated (SIGTERM); no partial output was kept")])
+def test_an_interrupted_batch_says_what_it_kept_and_how_to_go_on(
+        tmp_path: Path, t1_path: Path, astronaut_path: Path, monkeypatch: pytest.MonkeyPatch,
+        terminated: bool, code: int, first: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: Ctrl-C in a batch printed only "livefuse: interrupted", though the
+    finished outputs were kept and a second run resumes after them."""
+    from livefuse import cli
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        if terminated:
+            cli._TERMINATED.set()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("livefuse.batch.runner.run_batch", stopped)
+    try:
+        assert cli.main(["batch", str(t1_path), "-o", str(tmp_path / "o"), "-s",
+                         str(astronaut_path), "-q", "--executor", "local"]) == code
+    finally:
+        cli._TERMINATED.clear()
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"{first}; the outputs finished are kept and the same command resumes after them")

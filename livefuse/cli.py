@@ -22,6 +22,7 @@ from livefuse.cli_args import (
     add_video_args,
     at_least,
     choose_engine,
+    file_name,
     video_options,
 )
 from livefuse.errors import LivefuseError
@@ -190,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "overwrites an input.", formatter_class=HelpFormatter)
     p.add_argument("--source", "-s", type=Path, required=True, help="photo of the source face")
     p.add_argument("--target", "-t", type=Path, required=True, help="image or video to change")
-    p.add_argument("--output", "-o", type=Path, required=True, help="output image or video")
+    p.add_argument("--output", "-o", type=file_name, required=True,
+                   help="output image or video")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     add_engine_args(p)
     add_source_args(p)

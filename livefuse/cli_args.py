@@ -72,6 +72,17 @@ def at_least(low: float, kind: type[int] | type[float] = int, strict: bool = Fal
     parse.__name__ = kind.__name__  # argparse names the type in "invalid int value"
     return parse
 
+def file_name(text: str) -> Path:
+    """An argparse ``type`` for an output file: a name ending in a path separator (``out/``)
+    means a folder, which ``Path`` would silently turn into a file name (``out``), and the
+    error would then be about its suffix."""
+    if text.endswith(("/", "\\")):
+        folder = text.rstrip("/\\") or "/"
+        raise argparse.ArgumentTypeError(f"'{text}' names a folder; give a file name (e.g. "
+                                         f"'{Path(folder) / 'swapped.mp4'}')")
+    return Path(text)
+
+
 def add_models_dir_arg(p: argparse.ArgumentParser, default: object = None,
                        what: str = "models folder") -> None:
     """``--models-dir DIR`` (``default``: ``None``, or ``argparse.SUPPRESS`` on a sub-command

@@ -165,3 +165,17 @@ def test_an_abbreviated_option_is_refused(argv: list[str],
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "unrecognized arguments: " in err
     assert argv[-2] in err
+
+
+@pytest.mark.parametrize("given", ["out/", "some/where/"])
+def test_an_output_named_as_a_folder_is_refused_as_one(
+        given: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `-o out/` said "the output 'out' must be .m4v, .mkv, .mov, .mp4"
+    (the slash dropped), not that a file name was needed."""
+    from livefuse.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "-s", "a.png", "-t", "b.mp4", "-o", given])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert f"'{given}' names a folder; give a file name (e.g. '{given}swapped.mp4')" in err

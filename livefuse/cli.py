@@ -52,9 +52,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         engine.set_reference(reference)
         for note in engine.reference_notes:
             print(f"reference: {note}", file=sys.stderr)
+    replaces = args.output.exists()  # kept until the new one is complete, then replaced
     summary = run(engine, args.target, args.output, progress=not args.quiet,
                   other_inputs={"source": args.source, "reference": args.reference},
                   video=video)
+    if replaces:  # said, as `batch` would have skipped it
+        summary.notes += (f"'{args.output}' was there before and has been replaced",)
     print("\n".join(summary.lines()))
     if summary.incomplete:
         print(f"livefuse: warning: {summary.incomplete}; '{args.output}' holds the "

@@ -580,3 +580,15 @@ def test_a_video_with_nobody_swapped_says_why(tmp_path: Path, astronaut_path: Pa
     assert "no face was swapped in any of the 12 frames" in err
     assert "not the reference person (identity distance" in err and not out.exists()
     assert not out.parent.exists()  # no output kept: nor the folder made for it
+
+
+def test_an_output_that_was_there_is_replaced_and_the_summary_says_so(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `run` replaced an existing file without a word (`batch` skips one
+    unless --overwrite)."""
+    out = tmp_path / "o.png"
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out) == 0
+    assert "has been replaced" not in capsys.readouterr().out
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out) == 0
+    assert f"note: '{out}' was there before and has been replaced" in capsys.readouterr().out

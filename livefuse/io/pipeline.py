@@ -234,10 +234,10 @@ def _threaded(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[An
         except BaseException as exc:
             chain.fail("sink", exc)
 
-    threads = [threading.Thread(target=run_source, name=f"{name}-source", daemon=True)]
-    threads += [threading.Thread(target=run_stage, args=(k,), name=f"{name}-{s.name}",
-                                 daemon=True) for k, s in enumerate(stages)]
-    threads.append(threading.Thread(target=run_sink, name=f"{name}-sink", daemon=True))
+    threads = [_ChainThread(target=run_source, name=f"{name}-source", daemon=True)]
+    threads += [_ChainThread(target=run_stage, args=(k,), name=f"{name}-{s.name}",
+                             daemon=True) for k, s in enumerate(stages)]
+    threads.append(_ChainThread(target=run_sink, name=f"{name}-sink", daemon=True))
     try:
         for t in threads:  # inside the try: Ctrl-C while starting stops those already started
             t.start()
@@ -261,22 +261,49 @@ def _threaded(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[An
         raise chain.error
 
 
-def _join_started(threads: Sequence[threading.Thread], chain: _Chain) -> None:
-    """Wait for every started thread of the chain, even through a Ctrl-C that lands while they
-    wind down (a signal raised out of one join left the others running past the call; the
-    first such interrupt is raised once all have ended)."""
+class _ChainThread(threading.Thread):
+    """A chain's thread, with an event set when its function has returned.
+
+    :func:`_join_started` waits on that event, not on ``join``/``is_alive``: on CPython 3.11 a
+    Ctrl-C that lands inside ``Thread.join`` releases the joined thread's own state lock and marks
+    it stopped while it still runs (``_wait_for_tstate_lock``'s bpo-45274 branch finds the lock
+    held, by the running thread, and takes that as its own), so the chain returned with a thread
+    still decoding (seen once on CI's 2 cores).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ended = threading.Event()
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            self.ended.set()
+
+
+def _join_started(threads: Sequence[_ChainThread], chain: _Chain) -> None:
+    """Wait until every started thread of the chain has returned from its function, even
+    through a Ctrl-C that lands while they wind down (a signal raised out of one join left the
+    others running past the call; the first such interrupt is raised once all have ended)."""
     late: BaseException | None = None
     pending = list(threads)
     while pending:
-        # the test as well as the join inside the try: a signal can land on either
+        # the test as well as the wait inside the try: a signal can land on either
         try:
-            if pending[0].ident is not None and pending[0].is_alive():
-                pending[0].join()
+            if pending[0].ident is not None and not pending[0].ended.is_set():
+                pending[0].ended.wait()
             else:
                 pending.pop(0)
         except BaseException as exc:
             chain.fail("caller", exc)
             late = late or exc
+    for t in threads:  # each has returned: what is left of a thread ends in microseconds
+        if t.ident is not None:
+            try:
+                t.join(1.0)
+            except BaseException as exc:
+                late = late or exc
     if late is not None:
         raise late
 

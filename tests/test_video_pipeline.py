@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,48 @@ def test_run_chain_keeps_order_and_passthrough_place() -> None:
     run_chain(iter(items), stages, serial.append, threaded=False)
     assert got == serial
     assert got[0] == Passthrough(-1) and got[51] == Passthrough(-2) and got[1:4] == [1, 3, 5]
+
+
+def test_a_stage_that_looks_ahead_gets_the_next_item_when_it_has_arrived() -> None:
+    """``Stage.ahead`` gets the item it will get next (audio passthroughs skipped, none after
+    the last) when that is already queued, never one it would wait for; the order stays the
+    source's, and the serial chain calls ``fn``."""
+    import queue
+
+    from livefuse.io.pipeline import _END, _following
+
+    q: queue.Queue[object] = queue.Queue()
+    for x in (Passthrough("a"), Passthrough("b"), 7, 8):
+        q.put(x)
+    held: deque[object] = deque()
+    assert _following(q, held) == 7 and list(held) == [Passthrough("a"), Passthrough("b"), 7]
+    assert _following(q, held) == 7 and q.qsize() == 1  # found in what is held already
+    assert _following(queue.Queue(), deque()) is None  # not there yet: not waited for
+    q2: queue.Queue[object] = queue.Queue()
+    q2.put(Passthrough("c"))
+    q2.put(_END)
+    assert _following(q2, deque()) is None  # the stream ends first
+
+    items: list[object] = [0, Passthrough("a"), *range(1, 20), Passthrough("b"), 20]
+    frames = [x for x in items if not isinstance(x, Passthrough)]
+    seen: list[tuple[object, object]] = []
+
+    def ahead(item: int, following: object) -> int:
+        seen.append((item, following))
+        time.sleep(0.005)  # the source runs ahead and fills the queue
+        return item
+
+    got: list[object] = []
+    run_chain(iter(items), [Stage("p", lambda x: x, 8, ahead=ahead)], got.append)
+    assert got == items
+    assert [x for x, _ in seen] == frames
+    for k, (_, following) in enumerate(seen):
+        assert following in (None, frames[k + 1] if k + 1 < len(frames) else None)
+    assert sum(f is not None for _, f in seen) >= 10 and seen[-1][1] is None
+    serial: list[object] = []
+    run_chain(iter(items), [Stage("p", lambda x: x + 100, 8, ahead=ahead)], serial.append,
+              threaded=False)
+    assert serial[0] == 100
 
 
 @pytest.mark.parametrize("suffix", [".mp4", ".mkv"])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,11 @@ class Stage:
     name: str
     fn: Callable[[Any], Any]
     depth: int = 4
+    ahead: Callable[[Any, Any], Any] | None = None
+    """``(item, following) -> item``, called instead of ``fn`` on a threaded chain:
+    ``following`` is the item this stage gets next (not a :class:`Passthrough`) when it is
+    already in the stage's queue, else ``None`` (it is never waited for). The processing stage
+    starts the next frame's detection with it. The serial chain calls ``fn``."""
 
 
 @dataclass
@@ -204,12 +210,16 @@ def _threaded(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[An
 
     def run_stage(k: int) -> None:
         stage, q_in, q_out = stages[k], chain.queues[k], chain.queues[k + 1]
+        held: deque[Any] = deque()  # taken from q_in to look ahead, in their order
         try:
             while True:
-                item = chain.get(q_in)
+                item = held.popleft() if held else chain.get(q_in)
                 if item is not _END and not isinstance(item, Passthrough):
                     t0 = time.perf_counter()
-                    item = stage.fn(item)
+                    if stage.ahead is not None:
+                        item = stage.ahead(item, _following(q_in, held))
+                    else:
+                        item = stage.fn(item)
                     add(stage.name, time.perf_counter() - t0)
                 chain.put(q_out, item)
                 if item is _END:
@@ -259,6 +269,23 @@ def _threaded(source: Iterable[Any], stages: Sequence[Stage], sink: Callable[[An
             release_switch()
     if chain.error is not None:
         raise chain.error
+
+
+def _following(q: queue.Queue[Any], held: deque[Any]) -> Any:
+    """The next item of the stream that is not a :class:`Passthrough`, if it is already in
+    ``held`` or ``q`` (what is taken from ``q`` to find it is appended to ``held``, in order);
+    ``None`` when it has not arrived yet or the stream ends first."""
+    for item in held:
+        if not isinstance(item, Passthrough):
+            return None if item is _END else item
+    while True:
+        try:
+            item = q.get_nowait()
+        except queue.Empty:
+            return None
+        held.append(item)
+        if not isinstance(item, Passthrough):
+            return None if item is _END else item
 
 
 class _ChainThread(threading.Thread):

@@ -30,7 +30,7 @@ import numpy as np
 from livefuse.cache import PoseCache, pose_key
 from livefuse.config import MODEL_RELOAD_FIELDS, CacheConfig, EngineConfig
 from livefuse.errors import FaceIndexError, NoFaceError
-from livefuse.faces.analyser import Analyser, Landmarker, landmarks_of
+from livefuse.faces.analyser import Analyser, DetectsAhead, Landmarker, landmarks_of
 from livefuse.faces.rotation import detect_rotated
 from livefuse.faces.selection import (
     SCORE_RATIO,
@@ -231,6 +231,9 @@ class Engine:
         """What the user should be told about the last reference photo (which of its faces)."""
         self.tracker = FaceTracker(config.detect_every)
         self.smoother = FaceSmoother()
+        # the analyser's own capability (SCRFD on the GPU path): see process(ahead=...)
+        self._ahead: DetectsAhead | None = \
+            self.analyser if isinstance(self.analyser, DetectsAhead) else None
         self.cache = PoseCache(cache or CacheConfig(enabled=False))
         self.sync_timings = sync_timings
         self.path: FramePath = frame_path(self.renderer.device)
@@ -562,7 +565,7 @@ class Engine:
 
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
-                in_place: bool = False) -> FramePacket:
+                in_place: bool = False, ahead: StagedFrame | None = None) -> FramePacket:
         """Swap the source face onto the selected faces of one frame.
 
         Args:
@@ -576,6 +579,13 @@ class Engine:
                 frame (for still images); otherwise the frame is left unswapped.
             in_place: write the output into ``frame`` itself (the caller owns it and does not need
                 the original: saves a frame copy).
+            ahead: the next frame of the same video, already staged by :meth:`stage`, which the
+                caller processes next (a pipelined video job's processing thread holds it).
+                When it will be detected whatever it holds (:meth:`FaceTracker.detects_next`)
+                and the analyser can (:class:`~livefuse.faces.analyser.DetectsAhead`), its
+                detection is queued on the device behind this frame's paste-back, so it runs
+                while the host waits for this frame's regions and finishes it; the next call
+                reads it instead of detecting. The faces found are the same.
 
         Returns:
             A :class:`FramePacket`; ``swapped`` counts the faces actually pasted.
@@ -587,7 +597,8 @@ class Engine:
             raise RuntimeError("Engine.process called before set_source")
         staged, given = self._staged(frame)
         try:
-            return self._process(staged, index, t_capture_ns, strict, in_place)
+            return self._process(staged, index, t_capture_ns, strict, in_place,
+                                 None if strict else ahead)
         finally:
             for done in (staged, given):
                 if done is not None and done.release is not None:
@@ -662,8 +673,14 @@ class Engine:
         want, got = self.stager.device, frame.device.device
         return bool(got.type == want.type and (want.index is None or got.index == want.index))
 
+    def _detect_ahead(self, frame: StagedFrame | None) -> None:
+        """Queue ``frame``'s detection now (see :meth:`process`'s ``ahead``) when it is due."""
+        if frame is not None and self._ahead is not None and self._staged_here(frame) and \
+                self.tracker.detects_next():
+            self._ahead.detect_ahead(frame)
+
     def _process(self, staged: StagedFrame, index: int, t_capture_ns: int | None, strict: bool,
-                 in_place: bool) -> FramePacket:
+                 in_place: bool, ahead: StagedFrame | None) -> FramePacket:
         t_cap = time.perf_counter_ns() if t_capture_ns is None else t_capture_ns
         packet = FramePacket(index=index, t_capture_ns=t_cap, frame=staged.host)
         if self.warm_up_first and self.path.warms and \
@@ -693,7 +710,7 @@ class Engine:
         t2 = time.perf_counter_ns()
         out = staged.host if in_place else staged.host.copy()
         rois = self._compose(staged, targets, swap, enh, misses, out, packet)
-        fetched = self.path.fetch(staged, rois)
+        fetched = self.path.fetch(staged, rois, meanwhile=lambda: self._detect_ahead(ahead))
         if misses and not self._verify():
             # a precision guard rejected a swap, a mask or an enhancement (the device path
             # reads its verdicts only now): undo the pastes, render again (that model has

@@ -163,9 +163,10 @@ class EngineProcessor:
         # a chunk's warm-up frame: tracked, not swapped, and not counted (it is not written)
         self.engine.track(staged, index=index, t_capture_ns=round(t_s * 1e9))
 
-    def process(self, staged: StagedFrame, index: int, t_s: float) -> Processed:
+    def process(self, staged: StagedFrame, index: int, t_s: float,
+                following: StagedFrame | None = None) -> Processed:
         packet = self.engine.process(staged, index=index, t_capture_ns=round(t_s * 1e9),
-                                     in_place=True)
+                                     in_place=True, ahead=following)
         self.summary.faces_found += packet.found
         self.summary.faces_swapped += packet.swapped
         self.summary.frames_without_face += int(packet.found == 0)

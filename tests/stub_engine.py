@@ -53,7 +53,7 @@ class PassEngine:
 
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
-                in_place: bool = False) -> FramePacket:
+                in_place: bool = False, ahead: StagedFrame | None = None) -> FramePacket:
         host = frame.host if isinstance(frame, StagedFrame) else frame
         return FramePacket(index=index, t_capture_ns=t_capture_ns or 0, frame=host, output=host)
 

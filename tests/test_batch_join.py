@@ -152,9 +152,11 @@ def test_the_join_shows_no_jump_in_tracking(tmp_path: Path, t1_path: Path,
         def stage(self, frame: np.ndarray) -> object:
             return self.engine.stage(frame)
 
-        def process(self, staged: object, index: int, t_s: float) -> np.ndarray:
+        def process(self, staged: object, index: int, t_s: float,
+                    following: object = None) -> np.ndarray:
             p = self.engine.process(staged, index=index,  # type: ignore[arg-type]
-                                    t_capture_ns=round(t_s * 1e9), in_place=True)
+                                    t_capture_ns=round(t_s * 1e9), in_place=True,
+                                    ahead=following)  # type: ignore[arg-type]
             if p.faces:
                 self.kps[index] = p.faces[0].kps.copy()
             assert p.output is not None

@@ -116,6 +116,31 @@ def test_frames_staged_on_another_thread_give_the_same_output(paths: NeuralPaths
     assert eng.stager.fallbacks == 0  # type: ignore[union-attr]
 
 
+def test_detections_started_ahead_on_the_stream_give_the_same_output(paths: NeuralPaths) -> None:
+    """A pipelined video job passes the next staged frame: its detection is queued on the CUDA
+    stream behind this frame's paste-back and the regions' copy, and the host waits for the
+    copy only. Faces jump between frames, so a detection read for the wrong frame would show."""
+    eng = _engine(paths, "cuda", precision="fp16")
+    frames = [_frame([(4 + 3 * (i % 3), 4 + i % 2)], seed=i) for i in range(12)]
+    direct = [eng.process(f.copy(), i) for i, f in enumerate(frames)]
+    det = eng.analyser.detector  # type: ignore[attr-defined]
+    launch, launches = det.launch, []
+    det.launch = lambda t: launches.append(1) or launch(t)
+    staged = [eng.stage(f.copy()) for f in frames[:4]]
+    for i in range(len(frames)):
+        nxt = staged[i + 1] if i + 1 < len(staged) else None
+        got = eng.process(staged[i], i, in_place=True, ahead=nxt)
+        if i + 4 < len(frames):
+            staged.append(eng.stage(frames[i + 4].copy()))
+        want = direct[i]
+        assert [f.bbox.round(2).tolist() for f in got.faces] == \
+            [f.bbox.round(2).tolist() for f in want.faces]
+        assert got.output is not None and want.output is not None
+        assert np.abs(got.output.astype(int) - want.output.astype(int)).max() <= 1
+    assert len(launches) == len(frames) - 1
+    assert eng.stager.fallbacks == 0  # type: ignore[union-attr]
+
+
 def test_frames_captured_into_lent_pinned_buffers_are_staged_without_a_copy(
         paths: NeuralPaths) -> None:
     """A capture thread writes each frame into a pinned buffer the engine lends, whose upload

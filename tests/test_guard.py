@@ -165,8 +165,8 @@ class _FaceStub(_Passthrough):
 
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
-                in_place: bool = False) -> FramePacket:
-        packet = super().process(frame, index, t_capture_ns, strict, in_place)
+                in_place: bool = False, ahead: StagedFrame | None = None) -> FramePacket:
+        packet = super().process(frame, index, t_capture_ns, strict, in_place, ahead)
         out = packet.frame if in_place else packet.frame.copy()
         out[40:100, 60:120] = 255
         packet.output, packet.faces, packet.swapped = out, [_face(60, 40, w=60)], 1

@@ -104,9 +104,9 @@ class _PassEngine(PassEngine):
 
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
-                in_place: bool = False) -> FramePacket:
+                in_place: bool = False, ahead: StagedFrame | None = None) -> FramePacket:
         self.frames += 1
-        return super().process(frame, index, t_capture_ns, strict, in_place)
+        return super().process(frame, index, t_capture_ns, strict, in_place, ahead)
 
     def apply(self, config: EngineConfig) -> bool:
         if any(getattr(config, f) != getattr(self.config, f) for f in MODEL_RELOAD_FIELDS):

@@ -129,7 +129,7 @@ class _Passthrough(PassEngine):
 
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
-                in_place: bool = False) -> FramePacket:
+                in_place: bool = False, ahead: StagedFrame | None = None) -> FramePacket:
         host = frame.host if isinstance(frame, StagedFrame) else frame
         self.calls += 1
         if self.source is not None:

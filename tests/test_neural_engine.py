@@ -259,3 +259,117 @@ def test_track_leaves_the_state_process_does_on_the_device_path(
     swapped, renders_whole = run(False)
     assert np.array_equal(tracked, swapped)
     assert (renders, renders_whole) == (1, 4)
+
+
+class _DetectorCount:
+    """Counts the SCRFD detector's full passes (``_run``) and early starts (``launch``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        det = engine.analyser.detector  # type: ignore[attr-defined]
+        self.runs = self.launches = 0
+        run, launch = det._run, det.launch
+
+        def counted_run(*a: object, **k: object) -> object:
+            self.runs += 1
+            return run(*a, **k)
+
+        def counted_launch(*a: object, **k: object) -> object:
+            self.launches += 1
+            return launch(*a, **k)
+
+        det._run, det.launch = counted_run, counted_launch
+
+
+def _device_engine(paths: NeuralPaths, source_path: Path, detect_every: int = 1) -> Engine:
+    cfg = EngineConfig(engine="neural", backend="torch", precision="fp32", device="cpu",
+                       detect_every=detect_every, smooth=False)
+    from livefuse.faces.insight_torch import TorchInsightAnalyser
+
+    # the SCRFD port on CPU tensors (the CUDA path's analyser; build_neural picks it on CUDA)
+    analyser = TorchInsightAnalyser(paths.detector, paths.recogniser, device="cpu",
+                                    precision="fp32")
+    engine = cpu_device_path(Engine(cfg, components=(analyser, build_neural(cfg, paths)[1])))
+    engine.set_source(load_image(source_path))
+    return engine
+
+
+@pytest.mark.parametrize("detect_every", [1, 2])
+def test_a_detection_started_ahead_finds_what_detecting_then_finds(
+        paths: NeuralPaths, source_path: Path, detect_every: int) -> None:
+    """``process(frame, ahead=next)`` queues the next frame's detection behind this frame's
+    paste-back (a pipelined video job) and the next call reads it: the same faces and output
+    as frame-by-frame, each frame detected once, and only the frames that will be detected
+    whatever they hold are started early (the device path on CPU tensors)."""
+    # detect every 2: a face that stays is tracked in between; every 1: faces may jump
+    cells = [(10, 9)] * 5 if detect_every == 2 else [(10, 9), (3, 4), (12, 2), (6, 11), (8, 8)]
+    frames = [_frame(c, 20 + i) for i, c in enumerate(cells)]
+    ref = _device_engine(paths, source_path, detect_every)
+    want = [ref.process(f.copy(), i, i * 33_000_000) for i, f in enumerate(frames)]
+    engine = _device_engine(paths, source_path, detect_every)
+    count = _DetectorCount(engine)
+    staged = [engine.stage(f.copy()) for f in frames]
+    for i, s in enumerate(staged):
+        got = engine.process(s, i, i * 33_000_000, in_place=True,
+                             ahead=staged[i + 1] if i + 1 < len(staged) else None)
+        assert got.detected == want[i].detected
+        assert [f.bbox.tolist() for f in got.faces] == [f.bbox.tolist() for f in want[i].faces]
+        assert got.output is not None and want[i].output is not None
+        assert np.array_equal(got.output, want[i].output)
+    detected = sum(p.detected for p in want)
+    assert detected == (3 if detect_every == 2 else 5)
+    assert count.runs == detected  # no frame detected twice
+    assert count.launches == detected - 1  # every detected frame but the first, early
+
+
+def test_a_detection_started_ahead_is_not_used_for_another_frame(
+        paths: NeuralPaths, source_path: Path) -> None:
+    """The early detection belongs to the staged frame it was started on: when another frame
+    comes next (the caller changed its mind), that frame is detected itself."""
+    a, b, c = (_frame(cell, 30 + i) for i, cell in enumerate([(10, 9), (3, 4), (12, 2)]))
+    ref = _device_engine(paths, source_path)
+    ref.process(a.copy())
+    want = ref.process(c.copy())
+    engine = _device_engine(paths, source_path)
+    count = _DetectorCount(engine)
+    engine.process(engine.stage(a.copy()), ahead=engine.stage(b.copy()))
+    got = engine.process(engine.stage(c.copy()))
+    assert (count.runs, count.launches) == (3, 1)
+    assert [f.bbox.tolist() for f in got.faces] == [f.bbox.tolist() for f in want.faces]
+    assert got.output is not None and want.output is not None
+    assert np.array_equal(got.output, want.output)
+
+
+def test_a_pipelined_video_starts_each_detection_ahead_and_equals_serial(
+        paths: NeuralPaths, source_path: Path, tmp_path: Path) -> None:
+    """``run``'s pipelined job hands the processing thread the next staged frame: its
+    detection starts behind the current frame's paste-back, and the output frames equal the
+    serial job's (lossless, so the pixels are compared)."""
+    import av
+
+    from livefuse.io.video import VideoOptions, read_frames
+    from livefuse.run import run_video
+
+    clip = tmp_path / "faces.mkv"
+    with av.open(str(clip), "w") as out:
+        vs = out.add_stream("ffv1", rate=30)
+        vs.width, vs.height, vs.pix_fmt = 640, 640, "bgr0"
+        for i in range(12):
+            vf = av.VideoFrame.from_ndarray(_frame((4 + i % 6, 5 + i % 3), 40 + i),
+                                            format="bgr24")
+            for pkt in vs.encode(vf):
+                out.mux(pkt)
+        for pkt in vs.encode(None):
+            out.mux(pkt)
+    outs, counts = [], []
+    for pipelined in (False, True):
+        engine = _device_engine(paths, source_path)
+        count = _DetectorCount(engine)
+        dst = tmp_path / f"out-{pipelined}.mkv"
+        summary = run_video(engine, clip, dst, progress=False,
+                            video=VideoOptions(crf=0, pipelined=pipelined))
+        assert summary.faces_swapped == 12
+        outs.append(read_frames(dst))
+        counts.append((count.runs, count.launches))
+    assert len(outs[0]) == 12 and all(np.array_equal(x, y) for x, y in zip(*outs, strict=True))
+    assert counts[0] == (12, 0)
+    assert counts[1][0] == 12 and counts[1][1] >= 6  # the next frame not always staged yet

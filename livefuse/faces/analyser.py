@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from livefuse.types import Face, FloatArray, Frame, StagedFrame
 
@@ -43,6 +43,19 @@ class Analyser(Protocol):
         ...
 
 
+@runtime_checkable
+class DetectsAhead(Protocol):
+    """An analyser that can start detecting a staged frame before that frame's turn (the SCRFD
+    analyser on the GPU path): a video job queues frame n+1's detection on the device behind
+    frame n's swap, so it runs while the host finishes frame n. Called on the inference thread.
+    """
+
+    def detect_ahead(self, frame: StagedFrame) -> None:
+        """Queue the detection of ``frame`` (staged, not yet processed) without waiting; the
+        next ``detect`` of that same frame object reads it, any other call drops it."""
+        ...
+
+
 class Landmarker(Protocol):
     """Adds landmarks to faces already found: the classic analyser's 68 points, deferred until
     the engine chose the faces it will swap (the renderer needs them), or the neural engine's
@@ -68,4 +81,4 @@ def landmarks_of(landmarker: Landmarker | None, frame: AnyFrame,
     return out
 
 
-__all__ = ["Analyser", "AnyFrame", "Landmarker", "host_frame", "landmarks_of"]
+__all__ = ["Analyser", "AnyFrame", "DetectsAhead", "Landmarker", "host_frame", "landmarks_of"]

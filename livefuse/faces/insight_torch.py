@@ -22,8 +22,9 @@ import numpy as np
 from livefuse.faces.analyser import AnyFrame
 from livefuse.faces.arcface_torch import TorchArcFace
 from livefuse.faces.insight import TRACK_CONTEXT
-from livefuse.faces.scrfd_torch import TorchScrfd
+from livefuse.faces.scrfd_torch import Launched, TorchScrfd
 from livefuse.faces.tracking import MATCH_IOU, iou
+from livefuse.models.graph_cache import current_stream
 from livefuse.types import Face, FloatArray, Frame, StagedFrame
 
 REGION_SIZES = (64, 96, 128, 160, 192, 256, 320)
@@ -55,6 +56,7 @@ class TorchInsightAnalyser:
         self.recogniser = None if rec_path is None else TorchArcFace(rec_path, self.device,
                                                                        precision)
         self._staged: StagedFrame | None = None
+        self._ahead: tuple[StagedFrame, Launched] | None = None
 
     def _tensor(self, frame: AnyFrame) -> Any:
         import torch
@@ -73,13 +75,30 @@ class TorchInsightAnalyser:
 
     def detect(self, frame: AnyFrame, upsample: int | None = None) -> list[Face]:
         """Faces in ``frame`` (bbox, kps, score in frame px), left to right. ``upsample`` is
-        accepted for the analyser contract; SCRFD at 640 px finds faces down to ~16 px."""
-        faces = self.detector.detect_faces(self._tensor(frame))
+        accepted for the analyser contract; SCRFD at 640 px finds faces down to ~16 px. A
+        detection :meth:`detect_ahead` queued for this very staged frame is read, not run
+        again."""
+        ahead, self._ahead = self._ahead, None
+        tensor = self._tensor(frame)
+        launched = ahead[1] if ahead is not None and ahead[0] is frame else None
+        faces = self.detector.detect_faces(tensor, launched=launched)
         faces.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
         return faces
 
+    def detect_ahead(self, frame: StagedFrame) -> None:
+        """Queue the detection of a staged frame that is still to come, on the calling
+        thread's stream, without waiting; the next :meth:`detect` of that same frame object
+        reads it (any other call drops it). Reads the frame where it was staged, after its
+        upload (``frame.ready``), so it may run while another frame is in the work frame."""
+        self._ahead = None
+        if frame.device is None:
+            return
+        if frame.ready is not None:
+            current_stream(frame.device.device).wait_event(frame.ready)
+        self._ahead = (frame, self.detector.launch(frame.device))
+
     def reset(self) -> None:
-        pass  # no per-stream state
+        self._ahead = None  # a detection queued before a reset is of another stream
 
     def track(self, frame: AnyFrame, faces: Sequence[Face]) -> list[Face | None]:
         """Each face found again in a region around its last bbox (``TRACK_CONTEXT`` times its

@@ -44,7 +44,13 @@ import torch
 import torch.nn.functional as F
 
 from livefuse.faces.insight import FaceModelError
-from livefuse.models.graph_cache import GraphCache, Owner, host_wait, make_graph_cache
+from livefuse.models.graph_cache import (
+    GraphCache,
+    Owner,
+    current_stream,
+    host_wait,
+    make_graph_cache,
+)
 from livefuse.models.onnx_torch import (
     OnnxModelError,
     OnnxModule,
@@ -83,6 +89,24 @@ _KPS_FRACTIONS = np.array([[0.34, 0.46], [0.66, 0.46], [0.5, 0.64], [0.37, 0.82]
                            [0.63, 0.82]], np.float32)
 """Rough kps as fractions of the bbox, for detector exports without a keypoint branch (as
 :mod:`livefuse.faces.insight` does)."""
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A detection queued on the device by :meth:`TorchScrfd.launch`, not yet read.
+
+    Attributes:
+        host: the packed counts and rows: a pinned ``float32`` tensor the device copies into (a
+            numpy copy off CUDA); valid once ``ready`` has completed.
+        ready: a blocking ``torch.cuda.Event`` after the copy, or ``None`` (already there).
+        rows: the packed rows (:data:`PACKED_ROWS` or fewer).
+        candidates: the NMS's candidate capacity (more valid ones take the exact path).
+    """
+
+    host: Any
+    ready: Any
+    rows: int
+    candidates: int
 
 
 @dataclass(frozen=True)
@@ -367,6 +391,7 @@ class TorchScrfd:
         self._scale = torch.ones((), dtype=torch.float32, device=self.device)
         self._kps_fractions = torch.from_numpy(_KPS_FRACTIONS.reshape(-1)).to(self.device)
         self._pinned: dict[Any, torch.Tensor] = {}
+        self._ahead_ready: torch.cuda.Event | None = None
         self._check_outputs((1, 3, h, w))
         log.info("SCRFD %s on %s", self.path.name, self.runtime)
 
@@ -569,26 +594,60 @@ class TorchScrfd:
         return np.asarray(host.numpy())
 
     @torch.inference_mode()
-    def detect_faces(self, frame_t: torch.Tensor, limit: int = 64) -> list[Face]:
+    def detect_faces(self, frame_t: torch.Tensor, limit: int = 64,
+                     launched: Launched | None = None) -> list[Face]:
         """:meth:`detect`, returning host :class:`~livefuse.types.Face` s (score order) with ONE
         read-back: the counts and the best :data:`PACKED_ROWS` rows come to pinned memory
         together (the frame path's only detection sync). More faces than ``limit`` (at most
         :data:`PACKED_ROWS`), or an NMS that did not converge, take :meth:`detect`'s exact path.
 
+        Args:
+            frame_t: the frame on the device.
+            limit: see above.
+            launched: this frame's detection already queued by :meth:`launch` (on the frame's
+                own pixels, e.g. before it was copied to the work frame that ``frame_t`` is
+                now); only its read-back is waited for.
+
         Raises:
             ValueError: ``frame_t`` is not an ``(H, W, 3) uint8`` tensor on the device.
         """
-        out = self._run(frame_t)
-        rows = (int(out[-1].shape[0]) - 3) // 15
-        h = self._read_back("detect", out[-1])
+        if launched is None:
+            out = self._run(frame_t)
+            rows, candidates = (int(out[-1].shape[0]) - 3) // 15, int(out[0].shape[0])
+            h = self._read_back("detect", out[-1])
+        else:
+            rows, candidates = launched.rows, launched.candidates
+            if launched.ready is not None:
+                launched.ready.synchronize()
+            h = np.asarray(launched.host) if self.device.type != "cuda" else \
+                np.asarray(launched.host.numpy())
         k = min(limit, rows)
         n, converged, n_valid = int(h[0]), bool(h[1]), int(h[2])
-        if not converged or n_valid > int(out[0].shape[0]) or n > k:
+        if not converged or n_valid > candidates or n > k:
             return self.detect(frame_t).to_faces()
         b = h[3:3 + 4 * rows].reshape(rows, 4)
         sc = h[3 + 4 * rows:3 + 5 * rows]
         kp = h[3 + 5 * rows:].reshape(rows, 5, 2)
         return [Face(bbox=b[i].copy(), kps=kp[i].copy(), score=float(sc[i])) for i in range(n)]
+
+    @torch.inference_mode()
+    def launch(self, frame_t: torch.Tensor) -> Launched:
+        """Queue :meth:`detect_faces`'s device work on ``frame_t`` and its copy to pinned memory,
+        without waiting: pass the result to :meth:`detect_faces` (``launched``) to read it. One
+        launch at a time: the next one reuses its pinned buffer and event.
+
+        Raises:
+            ValueError: ``frame_t`` is not an ``(H, W, 3) uint8`` tensor on the device.
+        """
+        out = self._run(frame_t)
+        host = self._copy_back("ahead", out[-1])
+        ready = None
+        if self.device.type == "cuda":
+            if self._ahead_ready is None:
+                self._ahead_ready = torch.cuda.Event(blocking=True)
+            ready = self._ahead_ready
+            ready.record(current_stream(self.device))
+        return Launched(host, ready, (int(out[-1].shape[0]) - 3) // 15, int(out[0].shape[0]))
 
     def _finish_exact(self, scores: torch.Tensor, bboxes: torch.Tensor, kps: torch.Tensor,
                       n_valid: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:

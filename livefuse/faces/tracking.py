@@ -85,12 +85,18 @@ class FaceTracker:
         """The targets of the last frame."""
         return list(self._previous)
 
+    def detects_next(self) -> bool:
+        """Whether the next frame will be detected whatever it holds (no face carried, or k
+        frames since the last detection): then its detection can start before this frame's
+        work is done (:meth:`Engine.process`'s ``ahead``). A frame whose tracking loses a face
+        is detected too, but that is known only from the frame."""
+        return (not self._carried or self._since_detect >= self.detect_every
+                or any(f.angle for f in self._carried))
+
     def carry(self, frame: AnyFrame, analyser: Analyser) -> list[Face] | None:
         """The carried faces moved into ``frame``, or ``None`` when this frame must be detected
         (no faces carried, k frames since the last detection, or a face was lost)."""
-        if not self._carried or self._since_detect >= self.detect_every:
-            return None
-        if any(f.angle for f in self._carried):  # analysers refit upright faces only
+        if self.detects_next():  # analysers refit upright faces only: turned ones are detected
             return None
         moved = analyser.track(frame, self._carried)
         if any(f is None for f in moved):

@@ -186,10 +186,14 @@ class FrameProcessor(Protocol):
 
     def stage(self, frame: Frame) -> Any: ...
 
-    def process(self, staged: Any, index: int, t_s: float) -> Frame | Processed:
+    def process(self, staged: Any, index: int, t_s: float,
+                following: Any = None) -> Frame | Processed:
         """``staged`` -> the output frame ``(H, W, 3) uint8 BGR`` (may be the input array), or
         the same with the regions it changed (:class:`Processed`); ``t_s``: the frame's own
-        timestamp in seconds from the video's first frame."""
+        timestamp in seconds from the video's first frame. ``following``: on a pipelined
+        job, the next frame's ``stage`` value when the processing thread already holds it
+        (``None`` otherwise), which ``process`` may start on (the engine queues its
+        detection); it is the value of the next call."""
         ...
 
     def warm(self, staged: Any, index: int, t_s: float) -> None:
@@ -205,8 +209,8 @@ class _FunctionProcessor:
     def stage(self, frame: Frame) -> Frame:
         return frame
 
-    def process(self, staged: Frame, index: int, t_s: float) -> Frame:
-        return self.fn(staged, index)
+    def process(self, staged: Frame, index: int, t_s: float, following: Any = None) -> Frame:
+        return self.fn(staged, index)  # a plain function has nothing to start early
 
     def warm(self, staged: Frame, index: int, t_s: float) -> None:
         self.fn(staged, index)  # a plain function may keep state from frame to frame
@@ -667,7 +671,8 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
             result.rate, result.size = dec.rate, (enc.ow, enc.oh)
             result.audio_streams_copied = len(audio_map)
             stages = [Stage("stage", lambda it: _set(it, processor.stage(it.img)), opts.depth),
-                      Stage("process", lambda it: _processed(it, processor), 2),
+                      Stage("process", lambda it: _processed(it, processor), 2,
+                            ahead=lambda it, nxt: _processed(it, processor, nxt)),
                       Stage("convert", enc.convert, opts.depth)]
             try:
                 run_chain(dec, stages, enc.sink, threaded=opts.pipelined,
@@ -757,9 +762,10 @@ def _set(item: _Item, value: Any) -> _Item:
     return item
 
 
-def _processed(item: _Item, processor: FrameProcessor) -> _Item:
+def _processed(item: _Item, processor: FrameProcessor, following: _Item | None = None) -> _Item:
     if item.write:
-        item.img = processor.process(item.img, item.index, item.t_s)
+        item.img = processor.process(item.img, item.index, item.t_s,
+                                     None if following is None else following.img)
     else:  # a warm-up frame: nothing of it is written
         processor.warm(item.img, item.index, item.t_s)
         item.img = None

@@ -529,11 +529,21 @@ def host_wait(device: Any) -> None:
     """Block the calling thread until the work queued on ``device``'s current stream is done,
     without spinning: a stream sync busy-waits a CPU core for the whole GPU time (the host CPU
     figure of docs/BENCHMARKS.md counted it), a blocking event sleeps in the driver."""
+    mark = stream_mark(device)
+    if mark is not None:
+        mark.synchronize()
+
+
+def stream_mark(device: Any) -> Any:
+    """A point on ``device``'s current stream: a blocking ``torch.cuda.Event`` recorded there
+    now (``mark.synchronize()`` then waits for the work queued before it, not for work queued
+    after it); ``None`` off CUDA. One event per thread and device, reused: take the mark's wait
+    before the next mark is made on the same thread."""
     import torch
 
     dev = device if isinstance(device, torch.device) else torch.device(device)
     if dev.type != "cuda":
-        return
+        return None
     if dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
     events = getattr(_WAIT, "events", None)
@@ -543,8 +553,9 @@ def host_wait(device: Any) -> None:
     if ev is None:
         ev = events[dev.index] = torch.cuda.Event(blocking=True)
     ev.record(current_stream(dev))
-    ev.synchronize()
+    return ev
 
 
 __all__ = ["CudaGraphs", "EagerGraphs", "Graph", "GraphBackend", "GraphCache", "Owner", "bucket",
-           "cuda_captures", "current_stream", "host_wait", "ladder", "make_graph_cache"]
+           "cuda_captures", "current_stream", "host_wait", "ladder", "make_graph_cache",
+           "stream_mark"]

@@ -15,7 +15,7 @@ Both are used from the inference thread (``stage`` from any one thread).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from livefuse.swap.paste import Roi, paste_all
@@ -57,9 +57,12 @@ class FramePath(Protocol):
         """The enhancer's patches for faces at ``kps`` of the frame as pasted so far."""
         ...
 
-    def fetch(self, staged: StagedFrame, rois: Sequence[Roi | None]) -> Any:
+    def fetch(self, staged: StagedFrame, rois: Sequence[Roi | None],
+              meanwhile: Callable[[], None] | None = None) -> Any:
         """Start bringing the pasted regions to the host; returns what :meth:`finish` writes.
-        Waits for the device: afterwards every deferred guard verdict can be read."""
+        Waits for the device: afterwards every deferred guard verdict can be read.
+        ``meanwhile`` is called once the copies are queued and before the wait: device work it
+        queues runs while the host waits, and is not waited for."""
         ...
 
     def restore(self, staged: StagedFrame, rois: Sequence[Roi | None], out: Frame) -> None:
@@ -102,7 +105,10 @@ class HostPath:
                 kps: Sequence[FloatArray]) -> list[Patch | None]:
         return enhancer.enhance_host(out, kps)
 
-    def fetch(self, staged: StagedFrame, rois: Sequence[Roi | None]) -> Any:
+    def fetch(self, staged: StagedFrame, rois: Sequence[Roi | None],
+              meanwhile: Callable[[], None] | None = None) -> Any:
+        if meanwhile is not None:
+            meanwhile()
         return None
 
     def restore(self, staged: StagedFrame, rois: Sequence[Roi | None], out: Frame) -> None:
@@ -160,10 +166,11 @@ class DevicePath:
                 kps: Sequence[FloatArray]) -> list[Patch | None]:
         return enhancer.enhance_device(staged.device, kps)
 
-    def fetch(self, staged: StagedFrame, rois: Sequence[Roi | None]) -> Any:
+    def fetch(self, staged: StagedFrame, rois: Sequence[Roi | None],
+              meanwhile: Callable[[], None] | None = None) -> Any:
         from livefuse.swap.gpu_frame import fetch_rois
 
-        return fetch_rois(staged.device, rois)
+        return fetch_rois(staged.device, rois, meanwhile)
 
     def restore(self, staged: StagedFrame, rois: Sequence[Roi | None], out: Frame) -> None:
         from livefuse.swap.gpu_frame import restore_rois

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import cv2
@@ -35,9 +35,9 @@ from livefuse.models.graph_cache import (
     Owner,
     bucket,
     current_stream,
-    host_wait,
     ladder,
     make_graph_cache,
+    stream_mark,
 )
 from livefuse.swap.host_pool import HostBufferPool
 from livefuse.swap.paste import Roi, patch_roi
@@ -279,10 +279,12 @@ def _holds(stamp: Stamp, tensors: Sequence[torch.Tensor]) -> bool:
 Pending = list[tuple[Roi, "torch.Tensor"]]
 
 
-def fetch_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None]) -> Pending:
+def fetch_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None],
+               meanwhile: Callable[[], None] | None = None) -> Pending:
     """Copy the given regions of a device frame to pinned host buffers (torch's caching host
     allocator reuses them): all copies queued on the current stream, then one synchronisation.
-    :func:`write_rois` puts them into the host frame."""
+    :func:`write_rois` puts them into the host frame. ``meanwhile`` runs between the two: what
+    it queues on the stream is not waited for (the next frame's detection)."""
     import torch
 
     pending: Pending = []
@@ -295,8 +297,11 @@ def fetch_rois(frame_t: torch.Tensor, rois: Sequence[Roi | None]) -> Pending:
         dst = torch.empty(tuple(src.shape), dtype=torch.uint8, pin_memory=cuda)
         dst.copy_(src, non_blocking=cuda)
         pending.append((roi, dst))
-    if pending and cuda:
-        host_wait(frame_t.device)
+    mark = stream_mark(frame_t.device) if pending and cuda else None
+    if meanwhile is not None:
+        meanwhile()
+    if mark is not None:
+        mark.synchronize()
     return pending
 
 

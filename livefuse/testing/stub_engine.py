@@ -48,7 +48,7 @@ class MarkingEngine:
 
     def process(self, frame: Frame | StagedFrame, index: int = 0,
                 t_capture_ns: int | None = None, strict: bool = False,
-                in_place: bool = False) -> FramePacket:
+                in_place: bool = False, ahead: StagedFrame | None = None) -> FramePacket:
         host = frame.host if isinstance(frame, StagedFrame) else frame
         out = host if in_place else host.copy()
         out[:8, :8] = index % 256

@@ -270,7 +270,10 @@ def test_one_bad_item_fails_alone_and_resume_skips_what_is_done(
     assert summary.failed == 2 and summary.frames == 61
     text = "\n".join(summary.lines())
     assert "failed: " + str(mixed / "c.mp4") in text and "damaged or incomplete" in text
-    assert "cannot read image" in text
+    # the line names the file once: the error's own mention of it is left out
+    for name in ("c.mp4", "d.png"):
+        line = next(x for x in text.splitlines() if x.startswith(f"failed: {mixed / name}"))
+        assert line.count(name) == 1, line
     assert sorted(p.name for p in out.iterdir()) == ["a.jpg", "b.mp4"]
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     again = run_batch(_opts(mixed, out), marking_engine, quiet=True)
@@ -296,10 +299,14 @@ def test_a_batch_where_every_item_fails_leaves_no_empty_folder(
 def test_a_batch_of_missing_inputs_lists_them_and_does_not_say_nothing_to_do(
         tmp_path: Path) -> None:
     """A new user's trial: one missing input gave '1 failed' and 'note: nothing to do'."""
+    lines: list[str] = []
     summary = run_batch(BatchOptions((str(tmp_path / "missing.jpg"),), tmp_path / "out",
-                                     executor="local"), marking_engine, quiet=True)
+                                     executor="local"), marking_engine, quiet=True,
+                        on_line=lines.append)
     text = "\n".join(summary.lines())
     assert "file not found" in text and "nothing to do" not in text
+    # said as the batch starts, not only in the summary after hours of work
+    assert lines == [f"failed: {tmp_path / 'missing.jpg'}: file not found"]
 
 
 def test_without_ray_the_batch_runs_in_process_and_says_what_the_extra_adds(

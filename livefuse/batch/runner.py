@@ -33,7 +33,7 @@ from livefuse.batch.plan import (
     plan_items,
     plan_units,
 )
-from livefuse.batch.worker import UnitResult, WorkerStats
+from livefuse.batch.worker import UnitResult, WorkerStats, item_problem
 from livefuse.errors import LivefuseError
 from livefuse.extras import install_hint
 from livefuse.imaging import atomic_write_bytes
@@ -294,7 +294,7 @@ class _Collector:
             self._finish(item, True, "", frames, early, ",".join(sorted({r.worker
                                                                         for r in parts})))
         except LivefuseError as exc:
-            self._finish(item, False, str(exc), 0, None, "")
+            self._finish(item, False, item_problem(exc, item.input), 0, None, "")
         finally:
             _clean_chunks([item])
 
@@ -339,6 +339,8 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
     t0 = time.perf_counter()
     plan = plan or plan_items(opts.inputs, opts.output_dir, opts.recursive, opts.overwrite)
     summary = BatchSummary(problems=list(plan.problems))
+    for raw, msg in plan.problems:  # now, not hours later in the summary only
+        on_line(f"failed: {raw}: {msg}")
     summary.results += [ItemResult(i, "skipped", incomplete=plan.earlier_incomplete.get(i))
                         for i in plan.skipped]
     if plan.left_out:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from livefuse.batch.plan import Unit
 from livefuse.config import CacheConfig, EngineConfig
-from livefuse.errors import LivefuseError
+from livefuse.errors import ImageLoadError, LivefuseError, VideoError
 from livefuse.io.pipeline import Cancelled
 from livefuse.io.video import VideoOptions
 
@@ -147,6 +147,17 @@ def codec_threads(cpus: float) -> int:
     return max(1, math.floor(CODEC_THREADS_PER_CPU * cpus + 0.5))
 
 
+def item_problem(exc: LivefuseError, item: Path) -> str:
+    """``exc`` as the message of an item's failure line. The line names the item first
+    (``failed: PATH: ...``), so an error about that very file keeps only its problem: the file
+    came twice before (``failed: a.mp4: video 'a.mp4': cannot open: ...``). Any other error
+    (the output's, a chunk's) keeps the file it names."""
+    if isinstance(exc, (VideoError, ImageLoadError)) and \
+            exc.path.absolute() == Path(item).absolute():
+        return exc.problem
+    return str(exc)
+
+
 class BatchWorker:
     """Turns units into output files.
 
@@ -242,7 +253,7 @@ class BatchWorker:
         except (Cancelled, KeyboardInterrupt):
             raise
         except LivefuseError as exc:
-            result.message = str(exc)
+            result.message = item_problem(exc, unit.item.input)
         except OSError as exc:  # the machine's answer (a read-only disk, a full one): no bug
             where = f" '{exc.filename}'" if exc.filename else ""
             result.message = (f"'{unit.item.input}': cannot write{where}: "

@@ -16,7 +16,7 @@ import pytest
 from clips import ntsc_clip
 
 from livefuse.batch.dispatch import Dispatcher, GpuKey, WorkerLost
-from livefuse.batch.plan import CHUNK_DIR, Item, Unit, expand, plan_items
+from livefuse.batch.plan import CHUNK_DIR, Item, Unit, expand, most_units, plan_items
 from livefuse.batch.runner import BatchOptions, run_batch
 from livefuse.batch.worker import UnitResult, WorkerStats
 from livefuse.errors import LivefuseError
@@ -359,6 +359,38 @@ def test_a_long_video_that_cannot_be_cut_runs_whole_and_the_summary_says_why(
     assert note and "onekey.mp4" in note[0] and "0 clean cut points" in note[0], summary.notes
     assert any("runs whole on one worker" in ln for ln in lines)
     assert sum(w.units for w in summary.workers) == 1
+
+
+def test_no_more_workers_start_than_the_batch_has_units(mixed: Path, tmp_path: Path) -> None:
+    """A maintainer's find: ``--workers 3`` for one photo built three engines, two of them
+    for nothing (on a GPU: their models and VRAM)."""
+    lines: list[str] = []
+    built: list[object] = []
+
+    def counted() -> object:
+        built.append(marking_engine())
+        return built[-1]
+
+    opts = BatchOptions((str(mixed / "a.jpg"),), tmp_path / "out", executor="local", workers=3)
+    summary = run_batch(opts, counted, quiet=True, on_line=lines.append)
+    assert summary.count("done") == 1
+    assert len(summary.workers) == 1 and len(built) == 1
+    assert "note: --workers 3: this batch makes 1 unit of work, so 1 worker started" in lines
+    # a video long enough to cut still gets them all (the chunks of 1 s of a 5 s clip)
+    src = ntsc_clip(tmp_path / "long.mp4", frames=150, gop=15)
+    summary = run_batch(BatchOptions((str(src),), tmp_path / "out2", executor="local",
+                                     workers=3, chunk_seconds=1.0), marking_engine, quiet=True)
+    assert len(summary.workers) == 3
+
+
+def test_most_units_bounds_the_units_a_plan_makes(tmp_path: Path) -> None:
+    video = Item(tmp_path / "v.mp4", tmp_path / "o.mp4", "video", 3000, 100.0)
+    image = Item(tmp_path / "a.jpg", tmp_path / "a.jpg", "image")
+    assert most_units([image, image], None) == 2
+    assert most_units([video], 0.0) == 1  # --chunk-seconds 0: never cut
+    assert most_units([video, image], None) == 11  # auto chunks are 10 s or longer
+    assert most_units([video], 30.0) == 4
+    assert most_units([video], 80.0) == 1  # under one and a half chunks: whole
 
 
 def _noting_engine() -> object:

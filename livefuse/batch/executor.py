@@ -267,6 +267,7 @@ class RayPool:
             four actors each with FFmpeg's own choice ran 160 codec threads on 16 cores.
         address: ``None`` embedded, else ``auto`` or ``HOST:PORT``.
         neural: the engine is the neural one.
+        most: no more actors than this (the batch's units: more would idle).
 
     Raises:
         LivefuseError: Ray missing, the cluster unreachable, too few GPUs for one worker,
@@ -277,7 +278,7 @@ class RayPool:
     def __init__(self, factory: Callable[[], Any], video: VideoOptions | None = None,
                  workers: int | None = None, gpus_per_worker: float | None = 0.0,
                  cpus_per_worker: float | None = None, address: str | None = None,
-                 neural: bool = False) -> None:
+                 neural: bool = False, most: int | None = None) -> None:
         self.owned = start_ray(address)
         import ray
 
@@ -292,6 +293,8 @@ class RayPool:
                 share = res.get("GPU", 0) / gpus_per_worker if gpus_per_worker > 0 else \
                     res.get("CPU", 1) / max(cpus_per_worker or 1.0, 1e-6)
                 workers = max(1, int(share + 1e-9))
+            if most is not None:
+                workers = min(workers, max(1, most))
             node_cpus = _node_cpus(ray)
             if cpus_per_worker is None:
                 cpus_per_worker = even_share(res.get("CPU", 1.0), node_cpus, workers)

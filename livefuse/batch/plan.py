@@ -18,6 +18,7 @@ import bisect
 import contextlib
 import glob
 import itertools
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -397,6 +398,15 @@ def auto_chunk_seconds(items: Sequence[Item], workers: int) -> float:
     # of a 60 s video on four workers kept two of them busy for twice as long as the others
     rounds = 2 if total / (2 * workers) >= MIN_CHUNK_S else 1
     return min(MAX_CHUNK_S, max(MIN_CHUNK_S, total / (rounds * workers)))
+
+
+def most_units(items: Sequence[Item], chunk_seconds: float | None) -> int:
+    """The most units ``items`` can make at ``--chunk-seconds`` (``None``: auto, whose chunks
+    are at least :data:`MIN_CHUNK_S`): workers beyond it would only build an engine and idle."""
+    step = MIN_CHUNK_S if chunk_seconds is None else chunk_seconds
+    return sum(max(1, math.ceil(i.seconds / step))
+               if i.kind == "video" and step > 0 and i.seconds >= MIN_CHUNKS_TO_CUT * step
+               else 1 for i in items)
 
 
 def chunk_dir(item: Item) -> Path:

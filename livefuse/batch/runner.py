@@ -30,6 +30,7 @@ from livefuse.batch.plan import (
     chunk_dir,
     incomplete_marker,
     leftovers,
+    most_units,
     plan_items,
     plan_units,
 )
@@ -181,9 +182,10 @@ class Progress:
         self.bar.close()
 
 
-def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool
-              ) -> tuple[WorkerPool, list[str]]:
-    """The worker pool ``opts`` asks for, and notes for the summary.
+def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
+              most: int | None = None) -> tuple[WorkerPool, list[str]]:
+    """The worker pool ``opts`` asks for, at most ``most`` workers (the batch's units: each
+    worker builds an engine before its first unit), and notes for the summary.
 
     Raises:
         LivefuseError: ``executor='ray'`` or ``--address`` without Ray installed, or Ray refuses.
@@ -191,16 +193,20 @@ def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool
     from livefuse.batch.executor import LocalPool, RayPool, ray_available
 
     notes: list[str] = []
+    if most is not None and opts.workers is not None and opts.workers > most:
+        notes.append(f"--workers {opts.workers}: this batch makes {most} unit"
+                     f"{'s' if most != 1 else ''} of work, so {most} worker"
+                     f"{'s' if most != 1 else ''} started")
     want_ray = opts.executor == "ray" or opts.address is not None
     if opts.executor == "local" or (not want_ray and not ray_available()):
         if opts.executor != "local":
             notes.append('Ray is not installed: items run in this process, one after another; '
                          f"for parallel workers: {install_hint('batch')}")
-        return LocalPool(factory, opts.video, opts.workers or 1), notes
+        return LocalPool(factory, opts.video, min(opts.workers or 1, most or 1 << 30)), notes
     if not ray_available():
         raise LivefuseError(f"--address and --executor ray need Ray: {install_hint('batch')}")
     return RayPool(factory, opts.video, opts.workers, opts.gpus_per_worker,
-                   opts.cpus_per_worker, opts.address, neural), notes
+                   opts.cpus_per_worker, opts.address, neural, most), notes
 
 
 def _remove(paths: Sequence[Path]) -> None:
@@ -355,7 +361,7 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
         elif not plan.problems:  # with problems, the failures listed say why nothing ran
             summary.notes.append("nothing to do")
         return summary
-    pool, notes = make_pool(opts, factory, neural)
+    pool, notes = make_pool(opts, factory, neural, most_units(plan.items, opts.chunk_seconds))
     summary.notes += notes
     summary.executor = pool.description
     on_line(f"workers: {pool.description}")

@@ -307,12 +307,14 @@ def _main(argv: Sequence[str] | None) -> int:
         # a batch stopped after hours: what it kept, and that running it again goes on
         resume = "; the outputs finished are kept and the same command resumes after them" \
             if args.command == "batch" else ""
+        # run and batch write through part files, removed on the way out; live's recording
+        # is the user's to keep, so nothing is claimed for the other commands
+        kept_none = "; no partial output was kept" if args.command in ("run", "batch") else ""
         if _TERMINATED.is_set():
             print(f"livefuse: terminated (SIGTERM); no partial output was kept{resume}",
                   file=sys.stderr)
             return 143
-        print(f"livefuse: interrupted{'; no partial output was kept' if resume else ''}{resume}",
-              file=sys.stderr)
+        print(f"livefuse: interrupted{kept_none}{resume}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # `livefuse models list | head -1`: the reader left. Python's documented recipe: point

@@ -43,8 +43,10 @@ def check_out_dir(out_dir: Path) -> None:
     blocker = next((p for p in (out_dir.absolute(), *out_dir.absolute().parents)
                     if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
-        raise LivefuseError(f"demo output folder '{out_dir}': '{blocker}' is a file; give a "
-                            "folder (--out)")
+        # the path once when it is the file itself (a new user's trial read it twice)
+        where = "" if blocker == out_dir.absolute() else f": '{blocker}' above it"
+        raise LivefuseError(f"demo output folder '{out_dir}'{where} is a file; give a folder "
+                            "(--out)")
 
 
 def run_demo(out_dir: Path, progress: bool = True,

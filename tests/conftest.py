@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 
@@ -14,6 +15,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # Qt tests run without a display; set before any Qt import (pytest-qt aborts otherwise).
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Tests never see the developer's own downloaded models: `--engine auto` then stays classic.
+# Removed when the session ends (pytest_sessionfinish): one per run piled up, 176 in one /tmp.
 os.environ["LIVEFUSE_MODELS_DIR"] = tempfile.mkdtemp(prefix="livefuse-test-models-")
 
 from pathlib import Path
@@ -22,6 +24,12 @@ import numpy as np
 import pytest
 
 from livefuse.samples import astronaut, insightface_image
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    folder = Path(os.environ.get("LIVEFUSE_MODELS_DIR", ""))
+    if folder.name.startswith("livefuse-test-models-"):  # the one made above, no other
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

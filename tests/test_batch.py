@@ -318,7 +318,16 @@ def test_without_ray_the_batch_runs_in_process_and_says_what_the_extra_adds(
     summary = run_batch(opts, marking_engine, quiet=True, on_line=lines.append)
     assert summary.count("done") == 2
     assert summary.executor == "in-process: 1 worker thread (no Ray)"
-    assert any('for parallel workers: pip install ".[batch]"' in ln for ln in lines)
+    assert any("one after another; for worker processes and more machines: pip install "
+               '".[batch]"' in ln for ln in lines)
+    # with worker threads the note does not say "one after another" (a new user's trial)
+    lines.clear()
+    summary = run_batch(BatchOptions((str(mixed / "a.jpg"), str(mixed / "b.mp4")),
+                                     tmp_path / "out2", workers=2), marking_engine, quiet=True,
+                        on_line=lines.append)
+    assert summary.executor == "in-process: 2 worker threads (no Ray)"
+    note = next(ln for ln in lines if "Ray is not installed" in ln)
+    assert "on 2 threads that share one Python" in note and "one after another" not in note
 
 
 def test_in_process_workers_cut_a_long_video_and_join_it_exactly(
@@ -649,3 +658,20 @@ def test_an_interrupted_batch_says_what_it_kept_and_how_to_go_on(
         cli._TERMINATED.clear()
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"{first}; the outputs finished are kept and the same command resumes after them")
+
+
+def test_an_interrupted_run_says_no_partial_output_was_kept(
+        tmp_path: Path, t1_path: Path, astronaut_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: SIGTERM said "no partial output was kept", Ctrl-C in the same job
+    only "interrupted" (``run`` writes through part files either way)."""
+    from livefuse import cli
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("livefuse.run.run", stopped)
+    assert cli.main(["run", "-s", str(astronaut_path), "-t", str(t1_path), "-o",
+                     str(tmp_path / "o.jpg")]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        "livefuse: interrupted; no partial output was kept"

@@ -471,6 +471,9 @@ def test_paths_the_system_refuses_are_one_line_errors(
     assert main(["demo", "--out", str(tmp_path / "afile")]) == 2
     said = capsys.readouterr()
     assert "is a file; give a folder" in said.err and "writing to" not in said.out
+    assert said.err.count("afile") == 1, said.err
+    assert main(["demo", "--out", str(tmp_path / "afile" / "deeper")]) == 2
+    assert f"'{tmp_path / 'afile'}' above it is a file" in capsys.readouterr().err
 
     def refused(*a: object, **k: object) -> None:
         raise PermissionError(13, "Permission denied", str(tmp_path / "out.png"))

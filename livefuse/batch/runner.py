@@ -199,10 +199,13 @@ def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
                      f"{'s' if most != 1 else ''} started")
     want_ray = opts.executor == "ray" or opts.address is not None
     if opts.executor == "local" or (not want_ray and not ray_available()):
+        workers = min(opts.workers or 1, most or 1 << 30)
         if opts.executor != "local":
-            notes.append('Ray is not installed: items run in this process, one after another; '
-                         f"for parallel workers: {install_hint('batch')}")
-        return LocalPool(factory, opts.video, min(opts.workers or 1, most or 1 << 30)), notes
+            how = "one after another" if workers == 1 else \
+                f"on {workers} threads that share one Python (one machine, one GIL)"
+            notes.append(f"Ray is not installed: items run in this process, {how}; for "
+                         f"worker processes and more machines: {install_hint('batch')}")
+        return LocalPool(factory, opts.video, workers), notes
     if not ray_available():
         raise LivefuseError(f"--address and --executor ray need Ray: {install_hint('batch')}")
     return RayPool(factory, opts.video, opts.workers, opts.gpus_per_worker,

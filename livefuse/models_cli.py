@@ -77,17 +77,25 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Check every file that is present; exit 1 when one is corrupt."""
+    """Check every file that is present; exit 1 when one is corrupt, or when none is there
+    (nothing was verified: a script that runs it as a check must not read that as ready)."""
     directory = _dir(args)
     bad = 0
+    present = 0
     width = max(len(spec.name) for spec in CATALOG)
     for spec in CATALOG:
         state = dl.status(spec, directory)
         print(f"{spec.name:{width}s}  {dl.status_text(state)}")
+        present += state != "missing"
         if state == "corrupt":
             bad += 1
             print(f"  {directory / spec.filename}: delete it and run "
                   f"`livefuse models fetch {spec.name}` or `livefuse models import PATH`")
+    if not present:
+        print(f"no model file in {directory}: nothing to verify (`livefuse models fetch "
+              "det_10g w600k_r50 inswapper_128` or `livefuse models import PATH` adds the "
+              "neural engine's)")
+        return 1
     return 1 if bad else 0
 
 
@@ -156,7 +164,8 @@ def add_parser(sub: Any) -> None:
     add_models_dir_arg(q, argparse.SUPPRESS)
     q.set_defaults(func=cmd_fetch)
     q = msub.add_parser(
-        "verify", help="check size and SHA-256 of the files present",
+        "verify", help="check size and SHA-256 of the files present (exit 1: one is "
+                       "corrupt, or none is there)",
         description="Check the size and SHA-256 of every model file present; exit status 1 "
                     "when one is corrupt.", formatter_class=HelpFormatter)
     add_models_dir_arg(q, argparse.SUPPRESS)

@@ -147,6 +147,9 @@ def test_import_then_verify_via_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     src = tmp_path / "my det.onnx"
     src.write_bytes(data)
     models = tmp_path / "models"
+    args = _parse(["models", "--models-dir", str(models), "verify"])
+    assert args.func(args) == 1  # none there: nothing verified is not "all good"
+    assert "nothing to verify" in capsys.readouterr().out
     args = _parse(["models", "--models-dir", str(models), "import", str(src), "--name",
                    "det_10g"])
     assert args.func(args) == 0

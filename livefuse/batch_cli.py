@@ -122,6 +122,34 @@ def say(line: str) -> None:
     tqdm.write(f"[batch] {line}", file=sys.stderr)
 
 
+def _plain(line: str) -> str:
+    """A line as both places word it: a summary's ``note: `` prefix and column padding off."""
+    line = line.strip()
+    return " ".join(line.removeprefix("note: ").split())
+
+
+def _one_terminal() -> bool:
+    """Whether stdout and stderr are the same terminal, where the status lines said while the
+    batch ran are still on screen above the summary."""
+    import os
+
+    try:
+        return sys.stdout.isatty() and sys.stderr.isatty() and \
+            os.path.samestat(os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno()))
+    except (OSError, ValueError):
+        return False
+
+
+def summary_text(lines: list[str], said: set[str]) -> str:
+    """The summary for stdout. On one terminal with the status lines, each line already said
+    there (``said``: a failure, a note, as :func:`_plain` gives them) is left out: a new
+    user's trial read every failure and note twice. Redirected, the summary is the record and
+    keeps them all."""
+    if _one_terminal():
+        lines = [ln for ln in lines if _plain(ln) not in said]
+    return "\n".join(lines)
+
+
 def run_batch_cli(args: argparse.Namespace) -> int:
     """Run ``livefuse batch``; the exit status is 0, :data:`EXIT_FAILED` when any item failed,
     or :data:`livefuse.errors.EXIT_INCOMPLETE` when none failed but an input ended early.
@@ -166,13 +194,19 @@ def run_batch_cli(args: argparse.Namespace) -> int:
     spec = EngineSpec(config, args.source.resolve(), args.source_face_index,
                       None if args.reference is None else args.reference.resolve())
 
+    said: set[str] = set()
+
+    def status(line: str) -> None:
+        said.add(_plain(line))
+        say(line)
+
     summary = run_batch(opts, spec, neural=config.engine == "neural",
-                        detect_every=config.detect_every, quiet=args.quiet, on_line=say,
+                        detect_every=config.detect_every, quiet=args.quiet, on_line=status,
                         plan=plan)
-    print("\n".join(summary.lines()))
+    print(summary_text(summary.lines(), said))
     if summary.failed:
         return EXIT_FAILED
     return EXIT_INCOMPLETE if summary.incomplete else 0
 
 
-__all__ = ["EXIT_FAILED", "add_parser", "run_batch_cli", "say"]
+__all__ = ["EXIT_FAILED", "add_parser", "run_batch_cli", "say", "summary_text"]

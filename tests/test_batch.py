@@ -675,3 +675,37 @@ def test_an_interrupted_run_says_no_partial_output_was_kept(
                      str(tmp_path / "o.jpg")]) == 130
     assert capsys.readouterr().err.splitlines()[-1] == \
         "livefuse: interrupted; no partial output was kept"
+
+
+@pytest.mark.parametrize("one_terminal", [True, False])
+def test_on_one_terminal_the_summary_does_not_repeat_the_status_lines(
+        mixed: Path, tmp_path: Path, astronaut_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], one_terminal: bool) -> None:
+    """A new user's trial read each failure and note twice in a terminal: live on stderr, then
+    in the summary on stdout. Redirected, the summary keeps them: it is the record."""
+    from livefuse import batch_cli, cli
+
+    monkeypatch.setattr(batch_cli, "_one_terminal", lambda: one_terminal)
+    monkeypatch.setattr("livefuse.batch.runner.make_pool", _marking_pool(monkeypatch))
+    code = cli.main(["batch", str(mixed), str(tmp_path / "missing.jpg"), "-o",
+                     str(tmp_path / "o"), "-s", str(astronaut_path), "-q", "--executor",
+                     "local"])
+    assert code == 1
+    said = capsys.readouterr()
+    for name in ("missing.jpg", "c.mp4", "d.png"):
+        assert said.err.count(name) == 1, said.err
+        assert said.out.count(name) == (0 if one_terminal else 1), said.out
+    assert "items:    5: 2 done, 0 skipped (output exists), 3 failed" in said.out
+
+
+def _marking_pool(monkeypatch: pytest.MonkeyPatch) -> object:
+    """``make_pool`` with the stub engine in place of the one the CLI asked for (fast)."""
+    from livefuse.batch import runner
+
+    real = runner.make_pool
+
+    def make(opts: BatchOptions, factory: object, neural: bool,
+             most: int | None = None) -> object:
+        return real(opts, marking_engine, neural, most)
+
+    return make

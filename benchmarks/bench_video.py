@@ -1,6 +1,8 @@
 """A video file through ``livefuse run`` (issue 16), all in one run: the pipelined path against
 the serial one, ``Engine.process`` alone on the same frames, decode alone (CPU and NVDEC) and
-encode alone (libx264 slice threads, frame threads, NVENC where it opens).
+encode alone (libx264 slice threads, frame threads, NVENC where it opens), and the codec chain
+alone (the job with a face-sized region changed instead of the engine): the pace no engine can
+push a job past.
 
 Models: the full-size replicas and scripted faces of ``bench_frame_path.py``. The clip: 1080p,
 30 fps, ``--seconds`` long, one face, AAC sound, generated first (it takes a while on its own).
@@ -34,7 +36,7 @@ from livefuse.bench import git_commit, machine
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.io import pipeline
 from livefuse.io.codecs import encoder_options, open_video, probe_encoder
-from livefuse.io.video import VideoOptions
+from livefuse.io.video import Processed, VideoOptions, transcode
 from livefuse.run import run_video
 
 
@@ -72,6 +74,36 @@ def encode_alone(frames: list[np.ndarray], name: str, frame_threads: bool) -> fl
             for pkt in vs.encode(None):
                 out.mux(pkt)
         return len(frames) / (time.perf_counter() - t0)
+
+
+class RegionOnly:
+    """The codec chain's own work in a job: one face-sized region (``box``, pixels) changed and
+    converted back, as the engine's paste-back makes the convert stage do; no detection."""
+
+    def __init__(self, size: tuple[int, int]) -> None:
+        w, h = size
+        self.box = (w * 2 // 5, h * 5 // 18, w * 3 // 5, h * 25 // 36)  # 384x450 at 1080p
+
+    def stage(self, frame: np.ndarray) -> np.ndarray:
+        return frame
+
+    def process(self, staged: np.ndarray, index: int, t_s: float,
+                following: object = None) -> Processed:
+        x0, y0, x1, y1 = self.box
+        staged[y0:y1, x0:x1] ^= 1
+        return Processed(staged, [self.box])
+
+    def warm(self, staged: np.ndarray, index: int, t_s: float) -> None:
+        pass
+
+
+def codec_chain_fps(clip: Path, out: Path, size: tuple[int, int], pipelined: bool) -> float:
+    t0 = time.perf_counter()
+    result = transcode(clip, out, processor=RegionOnly(size),
+                       options=VideoOptions(pipelined=pipelined))
+    fps = result.frames / (time.perf_counter() - t0)
+    out.unlink()
+    return fps
 
 
 def main() -> None:
@@ -116,6 +148,12 @@ def main() -> None:
                 print(f"| {name} | {why} |")
                 continue
             print(f"| {label} | {encode_alone(frames, name, ft):.0f} |", flush=True)
+
+        print("\n| codec chain alone (no engine: a face-sized region changed) | fps serial | "
+              "fps pipelined |\n|---|---:|---:|")
+        chain = {p: codec_chain_fps(clip, d / "chain.mp4", (w, h), p) for p in (False, True)}
+        print(f"| decode, convert the region back, encode, mux, audio | {chain[False]:.1f} | "
+              f"{chain[True]:.1f} |", flush=True)
 
         modes = ["serial", "pipelined"] + (["pipelined-5ms"] if args.switch_ab else [])
         print("\n| run_video | detect every | cache | fps serial | fps pipelined | pipelined / "

@@ -160,7 +160,7 @@ def run_batch_cli(args: argparse.Namespace) -> int:
     """
     from livefuse.batch.plan import plan_items
     from livefuse.batch.runner import BatchOptions, run_batch
-    from livefuse.batch.worker import EngineSpec
+    from livefuse.batch.worker import EngineSpec, job_key
     from livefuse.errors import EXIT_INCOMPLETE
     from livefuse.imaging import load_image
 
@@ -202,7 +202,7 @@ def run_batch_cli(args: argparse.Namespace) -> int:
 
     summary = run_batch(opts, spec, neural=config.engine == "neural",
                         detect_every=config.detect_every, quiet=args.quiet, on_line=status,
-                        plan=plan)
+                        plan=plan, job=job_key(spec, video))
     print(summary_text(summary.lines(), said))
     if summary.failed:
         return EXIT_FAILED

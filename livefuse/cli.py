@@ -304,17 +304,17 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"livefuse: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        # a batch stopped after hours: what it kept, and that running it again goes on
-        resume = "; the outputs finished are kept and the same command resumes after them" \
-            if args.command == "batch" else ""
-        # run and batch write through part files, removed on the way out; live's recording
-        # is the user's to keep, so nothing is claimed for the other commands
-        kept_none = "; no partial output was kept" if args.command in ("run", "batch") else ""
+        # run and batch write through part files, removed on the way out; a batch stopped
+        # after hours keeps what it finished (outputs, a long video's chunks) and goes on from
+        # it when run again; live's recording is the user's to keep, so nothing is claimed
+        kept = {"run": "; no partial output was kept",
+                "batch": "; the outputs and chunks finished are kept, nothing half-written, and "
+                         "the same command resumes after them"}.get(args.command, "")
         if _TERMINATED.is_set():
-            print(f"livefuse: terminated (SIGTERM); no partial output was kept{resume}",
+            print(f"livefuse: terminated (SIGTERM){kept or '; no partial output was kept'}",
                   file=sys.stderr)
             return 143
-        print(f"livefuse: interrupted{kept_none}{resume}", file=sys.stderr)
+        print(f"livefuse: interrupted{kept}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # `livefuse models list | head -1`: the reader left. Python's documented recipe: point

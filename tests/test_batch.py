@@ -636,8 +636,8 @@ def test_missing_neural_models_are_named_before_any_worker_starts(
 
 
 @pytest.mark.parametrize(("terminated", "code", "first"), [
-    (False, 130, "livefuse: interrupted; no partial output was kept"),
-    (True, 143, "livefuse: terminated (SIGTERM); no partial output was kept")])
+    (False, 130, "livefuse: interrupted"),
+    (True, 143, "livefuse: terminated (SIGTERM)")])
 def test_an_interrupted_batch_says_what_it_kept_and_how_to_go_on(
         tmp_path: Path, t1_path: Path, astronaut_path: Path, monkeypatch: pytest.MonkeyPatch,
         terminated: bool, code: int, first: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -657,7 +657,8 @@ def test_an_interrupted_batch_says_what_it_kept_and_how_to_go_on(
     finally:
         cli._TERMINATED.clear()
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"{first}; the outputs finished are kept and the same command resumes after them")
+        f"{first}; the outputs and chunks finished are kept, nothing half-written, and the "
+        "same command resumes after them")
 
 
 def test_an_interrupted_run_says_no_partial_output_was_kept(

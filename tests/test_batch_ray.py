@@ -6,6 +6,7 @@ has it)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from clips import audio_packets, face_clip, frame_times
 
 from livefuse.batch.dispatch import Dispatcher, GpuKey
 from livefuse.batch.plan import CHUNK_DIR, Item, Unit
+from livefuse.batch.resume import MANIFEST
 from livefuse.batch.worker import EngineSpec, UnitResult
 from livefuse.config import EngineConfig
 
@@ -181,7 +183,13 @@ def test_ctrl_c_cancels_every_task_cleans_up_and_leaves_no_ray_process(
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
     assert "Traceback" not in err
-    assert list(out.rglob("*")) == [] if out.exists() else True  # no part, chunk or output
+    # no part file and no output; only chunks finished before the signal stay, each listed in
+    # its video's manifest, for the rerun (livefuse.batch.resume)
+    left = sorted(p for p in out.rglob("*") if p.is_file()) if out.exists() else []
+    for p in left:
+        assert p.parent.parent == out / CHUNK_DIR, left
+        listed = json.loads((p.parent / MANIFEST).read_text())["done"]
+        assert p.name == MANIFEST or p.name in {f"chunk-{int(k):04d}.mp4" for k in listed}, left
     new = _ray_sessions() - before
     assert len(new) == 1, new  # the command's own embedded cluster
     assert _wait_gone(new.pop()) == []

@@ -20,7 +20,7 @@ import glob
 import itertools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -414,11 +414,18 @@ def chunk_dir(item: Item) -> Path:
     return item.output.parent / CHUNK_DIR / item.output.name
 
 
+def chunk_name(k: int) -> str:
+    """Chunk ``k``'s file name in its item's chunk folder."""
+    return f"chunk-{k:04d}.mp4"
+
+
 def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1,
-               notes: list[str] | None = None) -> list[Unit]:
+               notes: list[str] | None = None,
+               spans_for: Mapping[Item, Sequence[Span]] | None = None) -> list[Unit]:
     """Units for ``items``: one per image and per short video; a video at least
     :data:`MIN_CHUNKS_TO_CUT` chunks long (and cuttable) gets one unit per chunk, each writing
-    ``chunk_dir(item)/chunk-NNNN.mp4``.
+    ``chunk_dir(item)/chunk-NNNN.mp4``; a video in ``spans_for`` gets its chunks there (an
+    interrupted run's cuts, :mod:`livefuse.batch.resume`), whatever ``chunk_s``.
     A video long enough to cut that stays whole gets a line in ``notes`` saying why.
 
     Raises:
@@ -429,7 +436,9 @@ def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1,
         # cut when the chunks come out at least two (the nearest whole number of chunk lengths,
         # as chunk_spans divides): a 30 s video beside a 3 s clip on two workers got 16.5 s
         # chunks and, under two of them long, ran whole on one worker while the other idled
-        if item.kind == "image" or chunk_s <= 0 or item.seconds < MIN_CHUNKS_TO_CUT * chunk_s:
+        earlier = (spans_for or {}).get(item)
+        if not earlier and (item.kind == "image" or chunk_s <= 0
+                            or item.seconds < MIN_CHUNKS_TO_CUT * chunk_s):
             units.append(Unit(item, item.output, frames=item.frames))
             continue
         why = ""
@@ -440,7 +449,8 @@ def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1,
             index = key_index(item.input)
         except VideoError as exc:
             index, why = None, str(exc)
-        spans = chunk_spans(index, chunk_s, detect_every=detect_every) if index else []
+        spans = ([] if index is None else list(earlier) if earlier
+                 else chunk_spans(index, chunk_s, detect_every=detect_every))
         if len(spans) < 2:
             if notes is not None:
                 if index is not None:
@@ -457,7 +467,7 @@ def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1,
         folder = chunk_dir(item)
         for k, span in enumerate(spans):
             n = sum(1 for p in index.pts if p >= span.start and (span.end is None or p < span.end))
-            units.append(Unit(item, folder / f"chunk-{k:04d}.mp4", span, k, len(spans), n))
+            units.append(Unit(item, folder / chunk_name(k), span, k, len(spans), n))
     return units
 
 
@@ -474,5 +484,5 @@ def leftovers(unit: Unit) -> list[Path]:
 
 
 __all__ = ["CHUNK_DIR", "WARMUP_S", "Item", "KeyIndex", "Plan", "Unit", "auto_chunk_seconds",
-           "chunk_dir", "chunk_spans", "expand", "key_index", "leftovers", "plan_items",
-           "plan_units"]
+           "chunk_dir", "chunk_name", "chunk_spans", "expand", "key_index", "leftovers",
+           "plan_items", "plan_units"]

@@ -7,8 +7,9 @@ Rules a batch keeps:
 * an item whose output exists is skipped (a resumed batch) unless ``overwrite``;
 * one bad item (corrupt, no face, unreadable) fails alone: the others go on, and the summary
   lists each failure with its message;
-* Ctrl-C (or SIGTERM) stops every worker, removes every partial output and chunk, and stops an
-  embedded Ray cluster.
+* Ctrl-C (or SIGTERM) stops every worker, removes every half-written file, and stops an
+  embedded Ray cluster; a long video's finished chunks stay, and a rerun with the same job key
+  processes only the rest (:mod:`livefuse.batch.resume`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from livefuse.batch import resume
 from livefuse.batch.dispatch import Dispatcher, VramReader, WorkerPool
 from livefuse.batch.plan import (
     CHUNK_DIR,
@@ -34,12 +36,13 @@ from livefuse.batch.plan import (
     plan_items,
     plan_units,
 )
+from livefuse.batch.resume import KeptChunks
 from livefuse.batch.worker import UnitResult, WorkerStats, item_problem
 from livefuse.errors import LivefuseError
 from livefuse.extras import install_hint
 from livefuse.imaging import atomic_write_bytes
 from livefuse.io.folders import remove_empty
-from livefuse.io.video import VideoOptions
+from livefuse.io.video import Span, VideoOptions
 
 Executor = str
 """``auto`` (Ray when installed), ``ray`` or ``local``."""
@@ -101,6 +104,8 @@ class BatchSummary:
     executor: str = ""
     workers: list[WorkerStats] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    reused_frames: int = 0
+    """Frames of done items that came from chunks an earlier, interrupted run finished."""
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -122,10 +127,15 @@ class BatchSummary:
     def lines(self) -> list[str]:
         done, skipped = self.count("done"), self.count("skipped")
         total = len(self.results) + len(self.problems)
-        fps = self.frames / self.seconds if self.seconds > 0 else 0.0
+        processed = self.frames - self.reused_frames
+        fps = processed / self.seconds if self.seconds > 0 else 0.0
         out = [f"items:    {total}: {done} done, {skipped} skipped (output exists), "
                f"{self.failed} failed"]
-        if self.frames:  # nothing was processed: no rate to give
+        if self.reused_frames:  # the rate is of the frames this run processed, not the reused
+            out.append(f"frames:   {self.frames} ({self.reused_frames} of them in chunks an "
+                       f"earlier run finished) in {self.seconds:.1f} s ({fps:.1f} fps over the "
+                       f"{processed} processed; worker start-up {self.startup_s:.1f} s of it)")
+        elif self.frames:  # nothing was processed: no rate to give
             out.append(f"frames:   {self.frames} in {self.seconds:.1f} s ({fps:.1f} fps; worker "
                        f"start-up {self.startup_s:.1f} s of it)")
         if self.executor:  # none started when there was nothing to do
@@ -242,6 +252,37 @@ def chunked_note(units: Sequence[Unit]) -> list[str]:
             "side by side and joined (every frame, timestamp and audio packet of the input kept)"]
 
 
+EARLIER_RUN = "an earlier run"
+"""The worker named for a chunk reused from an interrupted batch."""
+
+
+def _cut_spans(units: Sequence[Unit]) -> dict[Item, list[Span]]:
+    """The spans of each video cut into chunks, in chunk order."""
+    spans: dict[Item, list[Span]] = {}
+    for u in sorted(units, key=lambda u: u.chunk):
+        if u.chunks > 1 and u.span is not None:
+            spans.setdefault(u.item, []).append(u.span)
+    return spans
+
+
+def _resumed_note(kept: dict[Item, KeptChunks]) -> list[str]:
+    return [f"'{i.input}': {len(k.done)} of {len(k.spans)} chunks were finished by an earlier "
+            "run with the same settings; only the rest are processed"
+            for i, k in kept.items()]
+
+
+def _kept_lines(keep: set[Item], done: set[Unit], units: Sequence[Unit]) -> list[str]:
+    """What an interrupted batch keeps of each video it had cut, for the next run."""
+    lines = []
+    for item in keep:
+        n = sum(1 for u in done if u.item == item)
+        total = next(u.chunks for u in units if u.item == item) if units else n
+        total = max(total, n)
+        lines.append(f"kept {n} of {total} finished chunks of '{item.input}' in "
+                     f"'{chunk_dir(item)}': the same command processes only the rest")
+    return lines
+
+
 def _clean_chunks(items: Sequence[Item]) -> None:
     """Remove chunk folders of ``items`` (and the shared chunk folder when it is empty)."""
     for item in items:
@@ -257,8 +298,8 @@ class _Collector:
     """Turns unit results into item results; joins a chunked video once its chunks are in."""
 
     def __init__(self, units: Sequence[Unit], progress: Progress,
-                 on_line: Callable[[str], None]) -> None:
-        self.progress, self.on_line = progress, on_line
+                 on_line: Callable[[str], None], job: str | None = None) -> None:
+        self.progress, self.on_line, self.job = progress, on_line, job
         self.expected: dict[Item, int] = {}
         for u in units:
             self.expected[u.item] = u.chunks
@@ -278,6 +319,8 @@ class _Collector:
         if res.unit.chunks == 1:
             self._finish(item, res.ok, res.message, res.frames, res.incomplete, res.worker)
             return
+        if res.ok and self.job is not None and res.worker != EARLIER_RUN:
+            resume.finished(res.unit, res.frames, res.faces_found, res.faces_swapped, self.job)
         got = self.chunks.setdefault(item, [])
         got.append(res)
         if len(got) == self.expected[item]:
@@ -307,6 +350,11 @@ class _Collector:
         finally:
             _clean_chunks([item])
 
+    def chunks_done(self) -> set[Unit]:
+        """Chunks whose file is complete, of videos not joined yet."""
+        return {r.unit for item, got in self.chunks.items() if item not in self.finished
+                for r in got if r.ok}
+
     def _finish(self, item: Item, ok: bool, message: str, frames: int,
                 incomplete: str | None, worker: str) -> None:
         self.finished.add(item)
@@ -326,7 +374,8 @@ class _Collector:
 def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = False,
               detect_every: int = 1, quiet: bool = False,
               on_line: Callable[[str], None] = lambda s: None,
-              vram: VramReader | None = None, plan: Plan | None = None) -> BatchSummary:
+              vram: VramReader | None = None, plan: Plan | None = None,
+              job: str | None = None) -> BatchSummary:
     """Run a batch.
 
     Args:
@@ -339,6 +388,10 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
         on_line: status lines (the executor chosen, a GPU held back by the VRAM guard).
         vram: reads a GPU's memory for the admission (tests); by default each worker's own.
         plan: a plan made earlier (the CLI plans first, to refuse bad paths before any start).
+        job: what decides the outputs' pixels (:func:`livefuse.batch.worker.job_key`). Given,
+            an interrupted batch keeps a long video's finished chunks and a rerun with the
+            same key processes only the rest (:mod:`livefuse.batch.resume`); ``None``: Ctrl-C
+            removes every chunk.
 
     Raises:
         LivefuseError: bad paths (two inputs to one output, an output that is an input), Ray
@@ -379,17 +432,30 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
         summary.startup_s = time.perf_counter() - t0
         chunk_s = opts.chunk_seconds if opts.chunk_seconds is not None else \
             auto_chunk_seconds(plan.items, len(pool.names()))
-        _clean_chunks(plan.items)
+        kept = {} if job is None else {i: k for i in plan.items if i.kind == "video"
+                                       for k in [resume.load(i, job)] if k is not None}
+        _clean_chunks([i for i in plan.items if i not in kept])
         whole: list[str] = []
-        units = plan_units(plan.items, chunk_s, detect_every, whole)
-        cut = chunked_note(units)
-        for n in [*whole, *cut]:
+        units = plan_units(plan.items, chunk_s, detect_every, whole,
+                           {i: k.spans for i, k in kept.items()})
+        if job is not None:
+            for item, spans in _cut_spans(units).items():
+                if item not in kept:
+                    resume.start(item, job, spans)
+        earlier = [u for u in units if u.item in kept and u.chunk in kept[u.item].done]
+        units = [u for u in units if u not in set(earlier)]
+        cut = chunked_note([*units, *earlier])
+        for n in [*whole, *cut, *_resumed_note(kept)]:
             summary.notes.append(n)
             on_line(f"note: {n}")
         # the longest first: the last unit to finish is a short one
         units.sort(key=lambda u: -u.frames)
         progress = Progress(sum(u.frames for u in units), len(plan.items), not quiet)
-        collector = _Collector(units, progress, on_line)
+        collector = _Collector([*units, *earlier], progress, on_line, job)
+        for u in earlier:
+            d = kept[u.item].done[u.chunk]
+            collector(UnitResult(u, True, frames=d.frames, faces_found=d.faces_found,
+                                 faces_swapped=d.faces_swapped, worker=EARLIER_RUN))
         dispatcher = Dispatcher(pool, vram=vram, on_status=on_line)
         bar = progress
         dispatcher.run(units, collector, lambda: bar.frames_to(pool.frames_done()))
@@ -402,8 +468,14 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
         finally:
             pool.close()
             finished = collector.finished if collector is not None else set()
-            _remove([p for u in units if u.item not in finished for p in leftovers(u)])
-            _clean_chunks([i for i in plan.items if i not in finished])
+            done = collector.chunks_done() if collector is not None and job is not None \
+                else set()
+            _remove([p for u in units if u.item not in finished and u not in done
+                     for p in leftovers(u)])
+            keep = {u.item for u in done}
+            _clean_chunks([i for i in plan.items if i not in finished and i not in keep])
+            for line in _kept_lines(keep, done, units):
+                on_line(line)
             # an interrupted run leaves no empty folder it made behind (one it found stays)
             remove_empty(made)
         raise
@@ -412,6 +484,9 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
     remove_empty(made)  # every item failed: no empty folder made for nothing
     summary.seconds = time.perf_counter() - t0
     summary.results += collector.results
+    joined = {r.item for r in collector.results if r.status == "done"}
+    summary.reused_frames = sum(kept[u.item].done[u.chunk].frames for u in earlier
+                                if u.item in joined)
     summary.notes = collector.engine_notes + summary.notes
     order = {i.input: k for k, i in enumerate([*plan.items, *plan.skipped])}
     summary.results.sort(key=lambda r: order.get(r.item.input, 0))

@@ -59,6 +59,27 @@ class EngineSpec:
         return engine
 
 
+def job_key(spec: EngineSpec, video: VideoOptions) -> str:
+    """What decides a chunk's pixels, as 16 hex digits: livefuse's version, the engine settings,
+    the source and reference photos (path, size, modification time) and the encoder and
+    quality. An interrupted batch's finished chunks are reused only under the same key
+    (:mod:`livefuse.batch.resume`), so a rerun with another face or setting starts over."""
+    import hashlib
+    import json
+
+    from livefuse import __version__
+
+    def stamp(p: Path | None) -> list[object] | None:
+        if p is None:
+            return None
+        st = p.stat()
+        return [str(p), st.st_size, st.st_mtime_ns]
+
+    parts = [__version__, repr(spec.config), repr(spec.cache), spec.source_face_index,
+             stamp(spec.source), stamp(spec.reference), video.encoder, video.crf]
+    return hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()[:16]
+
+
 @dataclass
 class UnitResult:
     """What became of one unit.
@@ -308,4 +329,4 @@ class BatchWorker:
 
 
 __all__ = ["CODEC_THREADS_PER_CPU", "BatchWorker", "EngineSpec", "UnitResult", "WorkerInfo",
-           "WorkerStats", "codec_threads"]
+           "WorkerStats", "codec_threads", "job_key"]

@@ -1,0 +1,150 @@
+"""Finished chunks of a long video kept across an interrupted batch, and reused by the next run.
+
+A season's stream is hours long; a Ctrl-C, a SIGTERM or a crash at 90 % used to cost all of it.
+Each chunked video's chunk folder (:func:`livefuse.batch.plan.chunk_dir`) now holds a manifest,
+``chunks.json``, next to its chunk files: the input's size and modification time, the job key,
+the chunks' spans, and the chunks finished so far (frames written, faces swapped). The next run
+with the same job key on the same input takes the spans from it (so the cuts fall where they
+fell) and processes only the chunks not finished; the join is the same stream copy as always.
+
+Any mismatch (another input file, other settings, an unreadable or foreign manifest, a chunk
+file gone or of another size) discards the folder, and the video runs from the start. Called
+from the batch's driver thread only (results arrive there), so the manifest has one writer.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from livefuse.batch.plan import Item, Unit, chunk_dir, chunk_name
+from livefuse.imaging import atomic_write_bytes
+from livefuse.io.video import Span
+
+MANIFEST = "chunks.json"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class DoneChunk:
+    """A chunk an earlier run finished: its file's size in bytes (a truncated or replaced file
+    is not reused), frames written, faces found and swapped (the join refuses a video where no
+    face was swapped in any chunk)."""
+
+    size: int
+    frames: int
+    faces_found: int
+    faces_swapped: int
+
+
+@dataclass(frozen=True)
+class KeptChunks:
+    """An item's chunk folder as an earlier run left it: the spans it cut, and the chunks done
+    (by chunk number)."""
+
+    spans: tuple[Span, ...]
+    done: Mapping[int, DoneChunk]
+
+
+def _input_stamp(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _manifest(item: Item) -> Path:
+    return chunk_dir(item) / MANIFEST
+
+
+def _read(item: Item, job: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(_manifest(item).read_text(encoding="utf-8"))
+        if (not isinstance(data, dict) or data.get("format") != FORMAT
+                or data.get("job") != job or data.get("input") != _input_stamp(item.input)):
+            return None
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def _write(item: Item, data: dict[str, Any]) -> None:
+    atomic_write_bytes(_manifest(item), json.dumps(data, indent=1).encode("utf-8"))
+
+
+def load(item: Item, job: str) -> KeptChunks | None:
+    """The chunks an earlier run of ``job`` on this very input finished, or ``None`` when there
+    are none to reuse. Files in the folder that the manifest does not list as done (a chunk cut
+    off mid-write) are removed; a folder that cannot be reused is removed whole.
+
+    Args:
+        item: the video.
+        job: the job key (:func:`livefuse.batch.worker.job_key`): engine settings, photos and
+            encoder; chunks made under another key are never mixed in.
+    """
+    folder = chunk_dir(item)
+    if not folder.is_dir():
+        return None
+    data = _read(item, job)
+    kept: KeptChunks | None = None
+    if data is not None:
+        try:
+            spans = tuple(Span(**s) for s in data["spans"])
+            done = {int(k): DoneChunk(**v) for k, v in data["done"].items()}
+            done = {k: d for k, d in done.items() if 0 <= k < len(spans)
+                    and _size(folder / chunk_name(k)) == d.size}
+            if len(spans) >= 2 and done:
+                kept = KeptChunks(spans, done)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            kept = None
+    if kept is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    names = {MANIFEST, *(chunk_name(k) for k in kept.done)}
+    for p in folder.iterdir():
+        if p.name not in names:
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+    assert data is not None
+    if len(kept.done) != len(data["done"]):  # the manifest lists only what is reused
+        _write(item, {**data, "done": {str(k): asdict(d) for k, d in kept.done.items()}})
+    return kept
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def start(item: Item, job: str, spans: Sequence[Span]) -> None:
+    """Record a freshly cut video's spans, nothing done yet (before any chunk is dispatched)."""
+    _write(item, {"format": FORMAT, "job": job, "input": _input_stamp(item.input),
+                  "spans": [asdict(s) for s in spans], "done": {}})
+
+
+def finished(unit: Unit, frames: int, faces_found: int, faces_swapped: int, job: str) -> None:
+    """Record chunk ``unit`` as finished (its file is complete). A manifest that is gone or no
+    longer this job's is left alone: the chunk then simply is not reused."""
+    data = _read(unit.item, job)
+    if data is None:
+        return
+    done = dict(data.get("done", {}))
+    done[str(unit.chunk)] = asdict(DoneChunk(_size(unit.output), frames, faces_found,
+                                             faces_swapped))
+    _write(unit.item, {**data, "done": done})
+
+
+def kept_count(item: Item, job: str) -> int:
+    """How many finished chunks of ``item`` a rerun of ``job`` would reuse (0: none)."""
+    data = _read(item, job)
+    return 0 if data is None else len(data.get("done", {}))
+
+
+__all__ = ["MANIFEST", "DoneChunk", "KeptChunks", "finished", "kept_count",
+           "load", "start"]

@@ -1,0 +1,209 @@
+"""An interrupted batch keeps a long video's finished chunks, and a rerun with the same settings
+processes only the rest (:mod:`livefuse.batch.resume`). In-process pool, marking engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pytest
+from clips import audio_packets, frame_times, ntsc_clip
+
+from livefuse.batch.plan import CHUNK_DIR
+from livefuse.batch.resume import MANIFEST
+from livefuse.batch.runner import BatchOptions, run_batch
+from livefuse.batch.worker import EngineSpec, job_key
+from livefuse.config import EngineConfig
+from livefuse.io.video import VideoOptions
+from livefuse.testing.stub_engine import MarkingEngine
+
+
+class _Counted:
+    """A factory of slow marking engines that counts the frames they processed."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.engines: list[MarkingEngine] = []
+
+    def __call__(self) -> MarkingEngine:
+        engine = MarkingEngine(delay_s=self.delay_s)
+        self.engines.append(engine)
+        return engine
+
+    @property
+    def frames(self) -> int:
+        return sum(len(e.indices) + len(e.tracked) for e in self.engines)
+
+
+def _done(manifest: Path) -> int:
+    try:
+        return len(json.loads(manifest.read_text())["done"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def _interrupt_after(manifest: Path, chunks: int) -> None:
+    main_id = threading.main_thread().ident
+    assert main_id is not None
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _done(manifest) < chunks:
+            time.sleep(0.01)
+        signal.pthread_kill(main_id, signal.SIGINT)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _frames(path: Path) -> list[np.ndarray]:
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+@pytest.fixture
+def long_clip(tmp_path: Path) -> Path:
+    return ntsc_clip(tmp_path / "long.mp4", frames=240, audio_tracks=1, gop=15)
+
+
+def _opts(src: Path, out: Path) -> BatchOptions:
+    return BatchOptions((str(src),), out, executor="local", workers=1, chunk_seconds=1.0)
+
+
+def test_a_rerun_after_ctrl_c_processes_only_the_chunks_not_finished(
+        long_clip: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    folder = out / CHUNK_DIR / "long.mp4"
+    first = _Counted(0.02)
+    lines: list[str] = []
+    _interrupt_after(folder / MANIFEST, 3)
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(_opts(long_clip, out), first, quiet=True, on_line=lines.append, job="k1")
+    done = _done(folder / MANIFEST)
+    assert done >= 3
+    listed = json.loads((folder / MANIFEST).read_text())["done"]
+    assert sorted(p.name for p in folder.iterdir()) == \
+        sorted([MANIFEST, *(f"chunk-{int(k):04d}.mp4" for k in listed)])
+    assert not (out / "long.mp4").exists()
+    assert not list(out.rglob("*part*"))  # nothing half-written is kept
+    assert any(ln.startswith(f"kept {done} of 8 finished chunks of '{long_clip}'")
+               for ln in lines), lines
+
+    again = _Counted(0.0)
+    lines.clear()
+    summary = run_batch(_opts(long_clip, out), again, quiet=True, on_line=lines.append,
+                        job="k1")
+    assert summary.count("done") == 1, summary.lines()
+    # the rate is of what this run processed, not of the frames it reused
+    frames_line = next(ln for ln in summary.lines() if ln.startswith("frames:"))
+    assert frames_line.startswith(f"frames:   240 ({done * 30} of them in chunks an earlier "
+                                  f"run finished) in "), frames_line
+    assert f"fps over the {240 - done * 30} processed;" in frames_line
+    assert f"note: '{long_clip}': {done} of 8 chunks were finished by an earlier run with " \
+        "the same settings; only the rest are processed" in lines
+    whole = _Counted(0.0)
+    run_batch(_opts(long_clip, tmp_path / "ref"), whole, quiet=True)
+    assert 0 < again.frames < whole.frames  # the finished chunks were not processed again
+    # the joined output is the one an uninterrupted run writes
+    assert frame_times(out / "long.mp4") == frame_times(long_clip)
+    assert audio_packets(out / "long.mp4") == audio_packets(long_clip)
+    a, b = _frames(out / "long.mp4"), _frames(tmp_path / "ref" / "long.mp4")
+    assert len(a) == len(b) == 240
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not (out / CHUNK_DIR).exists()
+
+
+@pytest.mark.parametrize("change", ["job", "input"])
+def test_kept_chunks_of_other_settings_or_another_input_are_not_reused(
+        long_clip: Path, tmp_path: Path, change: str) -> None:
+    out = tmp_path / "out"
+    folder = out / CHUNK_DIR / "long.mp4"
+    _interrupt_after(folder / MANIFEST, 2)
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(_opts(long_clip, out), _Counted(0.02), quiet=True, job="k1")
+    assert _done(folder / MANIFEST) >= 2
+    if change == "input":
+        st = long_clip.stat()
+        os.utime(long_clip, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    again = _Counted(0.0)
+    lines: list[str] = []
+    summary = run_batch(_opts(long_clip, out), again, quiet=True, on_line=lines.append,
+                        job="k2" if change == "job" else "k1")
+    assert summary.count("done") == 1
+    assert not any("finished by an earlier run" in ln for ln in lines)
+    assert len(set(again.engines[0].indices)) == 240  # every frame written again
+
+
+def test_a_damaged_manifest_or_chunk_starts_the_video_over(long_clip: Path,
+                                                           tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    folder = out / CHUNK_DIR / "long.mp4"
+    _interrupt_after(folder / MANIFEST, 2)
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(_opts(long_clip, out), _Counted(0.02), quiet=True, job="k1")
+    done = sorted(int(k) for k in json.loads((folder / MANIFEST).read_text())["done"])
+    chunk = folder / f"chunk-{done[0]:04d}.mp4"
+    chunk.write_bytes(chunk.read_bytes()[:100])  # cut short: not reused
+    again = _Counted(0.0)
+    summary = run_batch(_opts(long_clip, out), again, quiet=True, job="k1")
+    assert summary.count("done") == 1
+    assert frame_times(out / "long.mp4") == frame_times(long_clip)
+    written = set(again.engines[0].indices)
+    # 240 frames in 8 chunks of 30: the damaged chunk is processed again, the others not
+    assert set(range(done[0] * 30, done[0] * 30 + 30)) <= written
+    assert not written & {i for k in done[1:] for i in range(k * 30, k * 30 + 30)}
+
+
+@pytest.mark.parametrize("manifest", ["not json", "[]", '{"format": 1}', ""])
+def test_a_manifest_that_cannot_be_read_discards_the_folder(long_clip: Path, tmp_path: Path,
+                                                            manifest: str) -> None:
+    from livefuse.batch import resume
+    from livefuse.batch.plan import Item, chunk_dir
+
+    item = Item(long_clip, tmp_path / "out" / "long.mp4", "video", 240, 8.0)
+    folder = chunk_dir(item)
+    folder.mkdir(parents=True)
+    (folder / "chunk-0000.mp4").write_bytes(b"x")
+    if manifest:
+        (folder / MANIFEST).write_text(manifest)
+    assert resume.load(item, "k1") is None
+    assert not folder.exists()
+
+
+def test_without_a_job_key_ctrl_c_keeps_no_chunk(long_clip: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    main_id = threading.main_thread().ident
+    assert main_id is not None
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(list(out.rglob("chunk-*.mp4"))) < 3:
+            time.sleep(0.01)
+        signal.pthread_kill(main_id, signal.SIGINT)
+
+    threading.Thread(target=watch, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(_opts(long_clip, out), _Counted(0.02), quiet=True)
+    assert not out.exists()
+
+
+def test_the_job_key_follows_what_decides_the_pixels(tmp_path: Path, t1_path: Path,
+                                                     astronaut_path: Path) -> None:
+    spec = EngineSpec(EngineConfig(engine="classic"), astronaut_path)
+    base = job_key(spec, VideoOptions())
+    same: dict[str, Any] = {"pipelined": False, "depth": 2, "threads": 3, "decoder": "cpu"}
+    assert job_key(spec, VideoOptions(**same)) == base  # how, not what, is written
+    assert job_key(spec, VideoOptions(crf=23)) != base
+    assert job_key(spec, VideoOptions(encoder="libx265")) != base
+    assert job_key(EngineSpec(EngineConfig(engine="classic"), t1_path), VideoOptions()) != base
+    assert job_key(EngineSpec(EngineConfig(engine="classic", detect_every=3), astronaut_path),
+                   VideoOptions()) != base
+    copy = tmp_path / astronaut_path.name
+    copy.write_bytes(astronaut_path.read_bytes())
+    assert job_key(EngineSpec(EngineConfig(engine="classic"), copy), VideoOptions()) != base

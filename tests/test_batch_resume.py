@@ -207,3 +207,50 @@ def test_the_job_key_follows_what_decides_the_pixels(tmp_path: Path, t1_path: Pa
     copy = tmp_path / astronaut_path.name
     copy.write_bytes(astronaut_path.read_bytes())
     assert job_key(EngineSpec(EngineConfig(engine="classic"), copy), VideoOptions()) != base
+
+
+class _FailsOnce(_Counted):
+    """Marking engines whose process raises on frame ``bad`` (a bad stretch of the input, or a
+    worker lost mid-chunk)."""
+
+    def __init__(self, bad: int) -> None:
+        super().__init__(0.0)
+        self.bad = bad
+
+    def __call__(self) -> MarkingEngine:
+        engine = super().__call__()
+        process = engine.process
+
+        def failing(frame: Any, index: int = 0, **kw: Any) -> Any:
+            if index == self.bad:
+                raise RuntimeError(f"frame {index} cannot be processed")
+            return process(frame, index, **kw)
+
+        engine.process = failing  # type: ignore[method-assign]
+        return engine
+
+
+def test_a_failed_chunk_costs_only_itself_on_the_rerun(long_clip: Path,
+                                                       tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = run_batch(_opts(long_clip, out), _FailsOnce(bad=100), quiet=True, job="k1")
+    assert summary.failed == 1
+    message = next(r.message for r in summary.results if r.status == "failed")
+    assert message.endswith(f"; 7 of 8 chunks finished and are kept in "
+                            f"'{out / CHUNK_DIR / 'long.mp4'}': the same command processes "
+                            "only the rest"), message
+    again = _Counted(0.0)
+    summary = run_batch(_opts(long_clip, out), again, quiet=True, job="k1")
+    assert summary.count("done") == 1, summary.lines()
+    assert set(again.engines[0].indices) == set(range(90, 120))  # chunk 3 only
+    assert frame_times(out / "long.mp4") == frame_times(long_clip)
+    assert not (out / CHUNK_DIR).exists()
+
+
+def test_without_a_job_key_a_failed_chunk_keeps_nothing(long_clip: Path,
+                                                         tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = run_batch(_opts(long_clip, out), _FailsOnce(bad=100), quiet=True)
+    assert summary.failed == 1
+    assert not (out / CHUNK_DIR).exists()
+

@@ -331,9 +331,17 @@ class _Collector:
         from livefuse.io.video import incomplete_reason, probe
 
         failed = next((r for r in parts if not r.ok), None)
+        keep = False
         try:
             if failed is not None:
-                self._finish(item, False, failed.message, 0, None, failed.worker)
+                ok = sum(r.ok for r in parts)
+                # a chunk lost to a dead worker or a bad stretch of the input costs only
+                # itself: the rerun processes the chunks that failed
+                keep = self.job is not None and ok > 0
+                more = (f"; {ok} of {len(parts)} chunks finished and are kept in "
+                        f"'{chunk_dir(item)}': the same command processes only the rest"
+                        if keep else "")
+                self._finish(item, False, failed.message + more, 0, None, failed.worker)
                 return
             if sum(r.faces_swapped for r in parts) == 0:
                 frames = sum(r.frames for r in parts)
@@ -348,7 +356,8 @@ class _Collector:
         except LivefuseError as exc:
             self._finish(item, False, item_problem(exc, item.input), 0, None, "")
         finally:
-            _clean_chunks([item])
+            if not keep:
+                _clean_chunks([item])
 
     def chunks_done(self) -> set[Unit]:
         """Chunks whose file is complete, of videos not joined yet."""

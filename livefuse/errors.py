@@ -12,8 +12,14 @@ from typing import Any
 MIN_FACE_PX = 80
 """Smallest face width (px) to ask users for. Source: dlib's HOG frontal face detector (the
 offline engine's) looks for faces of about 80x80 px or larger at ``upsample=0`` (dlib's
-face_detection_ex.cpp: upsample once to find faces down to 40 px). Every "no face" message
-quotes this one number."""
+face_detection_ex.cpp: upsample once to find faces down to 40 px). A source face under half
+of it is refused (:mod:`livefuse.faces.selection`)."""
+
+SHARP_FACE_PX = 100
+"""Source face width (px, bbox) from which a swap looks sharp: inswapper's aligned crop is 128 px
+and holds the face box at about 0.8 of its side. Under it a note warns that the swap will look
+soft, and every message asking for a source photo quotes this one number (a user told "at
+least 80 px" by one message and "under 100 px: soft" by the next found them at odds)."""
 
 
 def _restore(cls: type[LivefuseError], args: tuple[Any, ...]) -> LivefuseError:
@@ -77,7 +83,7 @@ class NoFaceError(LivefuseError):
         why = f" ({rejected})" if rejected else ""
         super().__init__(
             f"no face in {role}{where}{why}: use a photo where one face is clearly visible, "
-            f"frontal, at least ~{MIN_FACE_PX} px wide"
+            f"frontal, about {SHARP_FACE_PX} px wide or more"
         )
 
 
@@ -90,8 +96,8 @@ class FaceTooSmallError(LivefuseError):
         where = f" in '{path}'" if path is not None else ""
         super().__init__(
             f"the source face{where} is {width:.0f} px wide: too small to swap from (every "
-            f"swapped face would be a blur); use a photo where the face is at least "
-            f"~{MIN_FACE_PX} px wide"
+            f"swapped face would be a blur); use a photo where the face is about "
+            f"{SHARP_FACE_PX} px wide or more"
         )
 
 

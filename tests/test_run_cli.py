@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from livefuse.cli import main
-from livefuse.errors import MIN_FACE_PX
+from livefuse.errors import SHARP_FACE_PX
 from livefuse.imaging import load_image, save_image
 from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.io.video import probe, read_frames
@@ -134,7 +134,7 @@ def test_source_with_no_face(tmp_path: Path, t1_path: Path,
     src = save_image(tmp_path / "blank.png", np.full((200, 200, 3), 90, np.uint8))
     assert _run("-s", src, "-t", t1_path, "-o", tmp_path / "o.png") == 2
     err = capsys.readouterr().err
-    assert "no face in source" in err and f"at least ~{MIN_FACE_PX} px wide" in err
+    assert "no face in source" in err and f"about {SHARP_FACE_PX} px wide or more" in err
 
 
 @pytest.mark.parametrize("role", ["source", "reference"])

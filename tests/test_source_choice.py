@@ -124,7 +124,7 @@ def test_a_source_face_too_small_to_swap_from_is_refused(analyser, astronaut_bgr
                                           interpolation=cv2.INTER_AREA))
         if refused:
             with pytest.raises(FaceTooSmallError, match=r"astronaut_0.25.png' is \d+ px wide: "
-                                                        r"too small.*at least ~80 px"):
+                                                        r"too small.*about 100 px wide or more"):
                 _choose(analyser, load_image(path))
         else:
             assert any("will look soft" in n for n in _choose(analyser, load_image(path)).notes)

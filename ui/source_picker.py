@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from livefuse.errors import MIN_FACE_PX, LivefuseError
+from livefuse.errors import SHARP_FACE_PX, LivefuseError
 from livefuse.faces.analyser import Analyser, AnyFrame
 from livefuse.imaging import IMAGE_SUFFIXES, LoadedImage, load_image
 from livefuse.types import Face, FloatArray, Frame
@@ -339,7 +339,7 @@ class SourcePicker(QWidget):
         self.button.setEnabled(True)
         if not result.candidates:
             self._show_error(f"No face found in '{result.path.name}'. Choose a photo where the "
-                             f"face is frontal, lit and at least ~{MIN_FACE_PX} px wide.")
+                             f"face is frontal, lit and about {SHARP_FACE_PX} px wide or more.")
             return
         self.analysis = result
         self.faces.blockSignals(True)

@@ -11,7 +11,13 @@ import cv2
 import numpy as np
 
 from livefuse.config import FaceSelector
-from livefuse.errors import MIN_FACE_PX, FaceIndexError, FaceTooSmallError, NoFaceError
+from livefuse.errors import (
+    MIN_FACE_PX,
+    SHARP_FACE_PX,
+    FaceIndexError,
+    FaceTooSmallError,
+    NoFaceError,
+)
 from livefuse.types import Face, FloatArray, Frame
 
 
@@ -123,7 +129,7 @@ def drop_weak(faces: Sequence[Face]) -> tuple[list[Face], list[Face]]:
         return list(faces), []
     kept = [f for f in faces if f.score >= SCORE_RATIO * best]
     return kept, [f for f in faces if f.score < SCORE_RATIO * best]
-_SMALL_FACE_PX = 100  # bbox width under which a note warns that the swap will look soft
+_SMALL_FACE_PX = SHARP_FACE_PX  # bbox width under which a note warns the swap will look soft
 # Under this fraction of MIN_FACE_PX the source face is refused: a 22 px astronaut face (found
 # by the upsampling retry) turned all six faces of t1.jpg into smudges; at 0.5 (40 px, where
 # dlib's once-upsampled detector stops) the swap is soft but still a face.

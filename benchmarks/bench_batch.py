@@ -91,7 +91,9 @@ def run_row(clip: Path, out: Path, factory: ReplicaEngine | ClassicEngine, gpus:
                             **({"video": VideoOptions(threads=codec_threads,
                                                       depth=depth or VideoOptions.depth)}
                                if codec_threads or depth else {}))
-        return run_batch(opts, factory, neural=factory.config.engine == "neural",
+        neural = factory.config.engine == "neural"
+        return run_batch(opts, factory, neural=neural,
+                         device=factory.config.device if neural else None,
                          detect_every=factory.config.detect_every,
                          quiet=True, on_line=lambda s: print(f"  [batch] {s}", flush=True))
     finally:

@@ -18,11 +18,8 @@ from livefuse.cli_args import (
     choose_engine,
     video_options,
 )
-from livefuse.errors import LivefuseError
+from livefuse.errors import EXIT_FAILED, LivefuseError
 from livefuse.extras import install_hint
-
-EXIT_FAILED = 1
-"""``livefuse batch``: at least one item failed (each is listed with its message)."""
 
 
 def _share(text: str) -> float:
@@ -200,7 +197,8 @@ def run_batch_cli(args: argparse.Namespace) -> int:
         said.add(_plain(line))
         say(line)
 
-    summary = run_batch(opts, spec, neural=config.engine == "neural",
+    neural = config.engine == "neural"
+    summary = run_batch(opts, spec, neural=neural, device=config.device if neural else None,
                         detect_every=config.detect_every, quiet=args.quiet, on_line=status,
                         plan=plan, job=job_key(spec, video))
     print(summary_text(summary.lines(), said))

@@ -25,7 +25,7 @@ from livefuse.cli_args import (
     file_name,
     video_options,
 )
-from livefuse.errors import LivefuseError
+from livefuse.errors import EXIT_FAILED, LivefuseError, NothingSwappedError
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -302,7 +302,8 @@ def _main(argv: Sequence[str] | None) -> int:
         raise
     except LivefuseError as exc:
         print(f"livefuse: error: {exc}", file=sys.stderr)
-        return 2
+        # the job ran and the target gave nothing (as a failed batch item), not a bad command
+        return EXIT_FAILED if isinstance(exc, NothingSwappedError) else 2
     except KeyboardInterrupt:
         # run and batch write through part files, removed on the way out; a batch stopped
         # after hours keeps what it finished (outputs, a long video's chunks) and goes on from

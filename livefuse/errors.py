@@ -1,7 +1,8 @@
 """Errors livefuse raises on bad input. Each one names the file and the problem.
 
-The CLI catches :class:`LivefuseError` and prints its message with exit status 2, so a user
-never sees a traceback from deep inside OpenCV, dlib or FFmpeg.
+The CLI catches :class:`LivefuseError` and prints its message with exit status 2 (1 for
+:class:`NothingSwappedError`), so a user never sees a traceback from deep inside OpenCV, dlib or
+FFmpeg.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ def _restore(cls: type[LivefuseError], args: tuple[Any, ...]) -> LivefuseError:
     err.args = args
     return err
 
+
+EXIT_FAILED = 1
+"""The exit status when the job ran and an input gave no result: ``run`` swapped no face (its
+output is not kept), or a ``batch`` item failed. Bad arguments and unreadable files exit 2
+before any work, so a script can tell "fix the command" from "this target has no face"."""
 
 EXIT_INCOMPLETE = 3
 """The exit status of ``run``, ``batch`` and ``live`` when an input video ended early or was
@@ -117,3 +123,8 @@ class FaceIndexError(LivefuseError):
 
 class ConfigError(LivefuseError):
     """A setting has a value outside its allowed set or range."""
+
+
+class NothingSwappedError(LivefuseError):
+    """A run finished without swapping a single face; the output would be a silent no-op, so it
+    is not kept and the CLI exits :data:`EXIT_FAILED`."""

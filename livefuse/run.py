@@ -13,7 +13,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from livefuse.engine import Engine
-from livefuse.errors import LivefuseError
+from livefuse.errors import LivefuseError, NothingSwappedError
 from livefuse.imaging import (
     ALPHA_SUFFIXES,
     IMAGE_SUFFIXES,
@@ -42,10 +42,6 @@ from livefuse.types import Frame, FramePacket, SkippedFace, StagedFrame
 FINDABLE_FACE_PX = 32
 """About the smallest face width (px) the detectors find: CenterFace's wide scan (the classic
 engine, docs/CLASSIC.md) reaches about 32 px; SCRFD finds smaller ones."""
-
-
-class NothingSwappedError(LivefuseError):
-    """A run finished without swapping a single face; the output would be a silent no-op."""
 
 
 @dataclass

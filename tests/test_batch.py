@@ -20,6 +20,7 @@ from livefuse.batch.plan import CHUNK_DIR, Item, Unit, expand, most_units, plan_
 from livefuse.batch.runner import BatchOptions, run_batch
 from livefuse.batch.worker import UnitResult, WorkerStats
 from livefuse.errors import LivefuseError
+from livefuse.extras import install_hint
 from livefuse.testing.stub_engine import marking_engine, slow_marking_engine
 
 GiB = 2**30
@@ -710,3 +711,29 @@ def _marking_pool(monkeypatch: pytest.MonkeyPatch) -> object:
         return real(opts, marking_engine, neural, most)
 
     return make
+
+
+@pytest.mark.parametrize(("device", "workers"), [("cuda", 1), ("cpu", 3), (None, 3)])
+def test_in_process_workers_on_a_gpu_are_one(mixed: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              device: str | None, workers: int) -> None:
+    """On the H200 without Ray, ``--workers 4`` with the neural engine failed every item: four
+    engines of one process captured CUDA graphs into its one pool and capture stream at once.
+    In-process GPU engines are one; CPU engines keep their threads."""
+    monkeypatch.setattr("livefuse.swap.neural_engine.resolve_device",
+                        lambda d: "cuda" if d == "auto" and device == "cuda" else "cpu")
+    lines: list[str] = []
+    shutil.copy(mixed / "a.jpg", mixed / "e.jpg")
+    opts = BatchOptions((str(mixed / "a.jpg"), str(mixed / "b.mp4"), str(mixed / "e.jpg")),
+                        tmp_path / "out", executor="local", workers=3)
+    summary = run_batch(opts, marking_engine, neural=device is not None,
+                        device=None if device is None else "auto", quiet=True,
+                        on_line=lines.append)
+    assert summary.count("done") == 3
+    assert len(summary.workers) == workers
+    clamp = [ln for ln in lines if "share its CUDA graph pool" in ln]
+    assert clamp == ([] if workers == 3 else [
+        "note: --workers 3: GPU engines in one process would share its CUDA graph pool and "
+        "capture stream, so 1 worker runs here; worker processes run one engine each: "
+        f"{install_hint('batch')}"])
+

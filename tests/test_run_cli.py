@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from livefuse.cli import main
-from livefuse.errors import SHARP_FACE_PX
+from livefuse.errors import EXIT_FAILED, SHARP_FACE_PX
 from livefuse.imaging import load_image, save_image
 from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.io.video import probe, read_frames
@@ -123,7 +123,7 @@ def test_faces_too_small_to_swap_are_named_not_smeared(tmp_path: Path, astronaut
     tiny = save_image(tmp_path / "tiny.png", cv2.resize(load_image(t1_path).bgr, (160, 111),
                                                        interpolation=cv2.INTER_AREA))
     out = tmp_path / "o.png"
-    assert _run("-s", astronaut_path, "-t", tiny, "-o", out) == 2
+    assert _run("-s", astronaut_path, "-t", tiny, "-o", out) == EXIT_FAILED
     err = capsys.readouterr().err
     assert "no face was swapped" in err and "too small to swap (under 24 px wide)" in err
     assert not out.exists()
@@ -206,7 +206,9 @@ def test_source_face_index_flag_reaches_the_source(tmp_path: Path, t1_path: Path
 def test_nothing_swapped_exits_non_zero(tmp_path: Path, astronaut_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     target = save_image(tmp_path / "sky.jpg", np.full((240, 320, 3), 200, np.uint8))
-    assert _run("-s", astronaut_path, "-t", target, "-o", tmp_path / "o.jpg") == 2
+    # 1, as a failed batch item: the command was right, the target gave nothing (2 is for a
+    # bad command or an unreadable file, before any work)
+    assert _run("-s", astronaut_path, "-t", target, "-o", tmp_path / "o.jpg") == EXIT_FAILED
     err = capsys.readouterr().err
     assert "no face was swapped" in err and "no face found" in err
     assert f"about {FINDABLE_FACE_PX} px wide or more" in err
@@ -516,7 +518,7 @@ def test_a_reference_person_absent_from_the_target_swaps_nobody(
     is not in the picture, the nearest stranger was swapped (exit 0)."""
     out = tmp_path / "o.png"
     assert _run("-s", astronaut_path, "-t", t1_path, "-o", out, "--reference",
-                astronaut_path) == 2
+                astronaut_path) == EXIT_FAILED
     text = capsys.readouterr()
     assert "not the reference person (identity distance" in text.out + text.err
     assert not out.exists()
@@ -578,7 +580,8 @@ def test_a_video_with_nobody_swapped_says_why(tmp_path: Path, astronaut_path: Pa
     clip = write_clip([f[:240, :320] for f in face_clip_frames], tmp_path / "c.mp4",
                       audio=False)
     out = tmp_path / "new" / "o.mp4"
-    assert _run("-s", astronaut_path, "-t", clip, "-o", out, "--reference", astronaut_path) == 2
+    assert _run("-s", astronaut_path, "-t", clip, "-o", out, "--reference",
+                astronaut_path) == EXIT_FAILED
     err = capsys.readouterr().err
     assert "no face was swapped in any of the 12 frames" in err
     assert "not the reference person (identity distance" in err and not out.exists()

@@ -193,9 +193,17 @@ class Progress:
 
 
 def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
-              most: int | None = None) -> tuple[WorkerPool, list[str]]:
+              most: int | None = None, device: str | None = None
+              ) -> tuple[WorkerPool, list[str]]:
     """The worker pool ``opts`` asks for, at most ``most`` workers (the batch's units: each
     worker builds an engine before its first unit), and notes for the summary.
+
+    ``device``: the neural engine's device setting (``None``: no neural engine). In this
+    process, engines on a CUDA device would capture their graphs into the process's one graph
+    pool on one capture stream (:mod:`livefuse.models.graph_cache`), and four worker threads
+    doing so at once failed every item on the H200 ("operation failed due to a previous error
+    during capture"): the in-process pool then runs one worker, and says that Ray's worker
+    processes run one engine each.
 
     Raises:
         LivefuseError: ``executor='ray'`` or ``--address`` without Ray installed, or Ray refuses.
@@ -210,6 +218,11 @@ def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
     want_ray = opts.executor == "ray" or opts.address is not None
     if opts.executor == "local" or (not want_ray and not ray_available()):
         workers = min(opts.workers or 1, most or 1 << 30)
+        if workers > 1 and device is not None and _on_cuda(device):
+            notes.append(f"--workers {workers}: GPU engines in one process would share its "
+                         "CUDA graph pool and capture stream, so 1 worker runs here; worker "
+                         f"processes run one engine each: {install_hint('batch')}")
+            workers = 1
         if opts.executor != "local":
             how = "one after another" if workers == 1 else \
                 f"on {workers} threads that share one Python (one machine, one GIL)"
@@ -220,6 +233,12 @@ def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
         raise LivefuseError(f"--address and --executor ray need Ray: {install_hint('batch')}")
     return RayPool(factory, opts.video, opts.workers, opts.gpus_per_worker,
                    opts.cpus_per_worker, opts.address, neural, most), notes
+
+
+def _on_cuda(device: str) -> bool:
+    from livefuse.swap.neural_engine import resolve_device
+
+    return resolve_device(device).startswith("cuda")
 
 
 def _remove(paths: Sequence[Path]) -> None:
@@ -381,6 +400,7 @@ class _Collector:
 
 
 def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = False,
+              device: str | None = None,
               detect_every: int = 1, quiet: bool = False,
               on_line: Callable[[str], None] = lambda s: None,
               vram: VramReader | None = None, plan: Plan | None = None,
@@ -392,6 +412,8 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
         factory: builds one worker's engine (picklable for Ray: an
             :class:`~livefuse.batch.worker.EngineSpec`).
         neural: the engine is the neural one (GPU workers by default when the cluster has GPUs).
+        device: the neural engine's device setting (``auto``, ``cuda``...; ``None`` for the
+            classic engine): in-process workers on CUDA are one (:func:`make_pool`).
         detect_every: the engine's detection interval (chunks start their warm-up on its phase).
         quiet: no progress display.
         on_line: status lines (the executor chosen, a GPU held back by the VRAM guard).
@@ -426,7 +448,8 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
         elif not plan.problems:  # with problems, the failures listed say why nothing ran
             summary.notes.append("nothing to do")
         return summary
-    pool, notes = make_pool(opts, factory, neural, most_units(plan.items, opts.chunk_seconds))
+    pool, notes = make_pool(opts, factory, neural, most_units(plan.items, opts.chunk_seconds),
+                            device)
     summary.notes += notes
     summary.executor = pool.description
     on_line(f"workers: {pool.description}")

@@ -119,6 +119,32 @@ def test_a_rerun_after_ctrl_c_processes_only_the_chunks_not_finished(
     assert not (out / CHUNK_DIR).exists()
 
 
+def test_ctrl_c_while_the_workers_start_keeps_an_earlier_runs_chunks(
+        long_clip: Path, tmp_path: Path) -> None:
+    """The rerun's own start-up (Ray, model loading) takes seconds: a Ctrl-C then must not
+    cost the chunks the first run kept."""
+    out = tmp_path / "out"
+    folder = out / CHUNK_DIR / "long.mp4"
+    _interrupt_after(folder / MANIFEST, 2)
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(_opts(long_clip, out), _Counted(0.02), quiet=True, job="k1")
+    done = _done(folder / MANIFEST)
+    chunks = sorted(p.name for p in folder.iterdir())
+
+    def stopped() -> MarkingEngine:
+        raise KeyboardInterrupt
+
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(_opts(long_clip, out), stopped, quiet=True, on_line=lines.append, job="k1")
+    assert sorted(p.name for p in folder.iterdir()) == chunks
+    assert f"kept {done} of 8 finished chunks of '{long_clip}' in '{folder}': the same " \
+        "command processes only the rest" in lines
+    again = _Counted(0.0)
+    assert run_batch(_opts(long_clip, out), again, quiet=True, job="k1").count("done") == 1
+    assert len(set(again.engines[0].indices)) == 240 - done * 30
+
+
 @pytest.mark.parametrize("change", ["job", "input"])
 def test_kept_chunks_of_other_settings_or_another_input_are_not_reused(
         long_clip: Path, tmp_path: Path, change: str) -> None:

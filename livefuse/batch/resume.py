@@ -140,11 +140,13 @@ def finished(unit: Unit, frames: int, faces_found: int, faces_swapped: int, job:
     _write(unit.item, {**data, "done": done})
 
 
-def kept_count(item: Item, job: str) -> int:
-    """How many finished chunks of ``item`` a rerun of ``job`` would reuse (0: none)."""
+def kept(item: Item, job: str) -> tuple[int, int]:
+    """``(chunks finished, chunks)`` of ``item`` that a rerun of ``job`` would find (``(0, 0)``:
+    no manifest of this job and input)."""
     data = _read(item, job)
-    return 0 if data is None else len(data.get("done", {}))
+    if data is None:
+        return 0, 0
+    return len(data.get("done", {})), len(data.get("spans", []))
 
 
-__all__ = ["MANIFEST", "DoneChunk", "KeptChunks", "finished", "kept_count",
-           "load", "start"]
+__all__ = ["MANIFEST", "DoneChunk", "KeptChunks", "finished", "kept", "load", "start"]

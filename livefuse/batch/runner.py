@@ -290,18 +290,6 @@ def _resumed_note(kept: dict[Item, KeptChunks]) -> list[str]:
             for i, k in kept.items()]
 
 
-def _kept_lines(keep: set[Item], done: set[Unit], units: Sequence[Unit]) -> list[str]:
-    """What an interrupted batch keeps of each video it had cut, for the next run."""
-    lines = []
-    for item in keep:
-        n = sum(1 for u in done if u.item == item)
-        total = next(u.chunks for u in units if u.item == item) if units else n
-        total = max(total, n)
-        lines.append(f"kept {n} of {total} finished chunks of '{item.input}' in "
-                     f"'{chunk_dir(item)}': the same command processes only the rest")
-    return lines
-
-
 def _clean_chunks(items: Sequence[Item]) -> None:
     """Remove chunk folders of ``items`` (and the shared chunk folder when it is empty)."""
     for item in items:
@@ -504,10 +492,14 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
                 else set()
             _remove([p for u in units if u.item not in finished and u not in done
                      for p in leftovers(u)])
-            keep = {u.item for u in done}
+            # finished chunks stay: this run's, and an earlier run's when the interrupt came
+            # before they were taken up (while the workers started)
+            keep = {i: got for i in plan.items if job is not None and i not in finished
+                    for got in [resume.kept(i, job)] if got[0] > 0}
             _clean_chunks([i for i in plan.items if i not in finished and i not in keep])
-            for line in _kept_lines(keep, done, units):
-                on_line(line)
+            for item, (ready, total) in keep.items():
+                on_line(f"kept {ready} of {total} finished chunks of '{item.input}' in "
+                        f"'{chunk_dir(item)}': the same command processes only the rest")
             # an interrupted run leaves no empty folder it made behind (one it found stays)
             remove_empty(made)
         raise

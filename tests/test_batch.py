@@ -707,8 +707,8 @@ def _marking_pool(monkeypatch: pytest.MonkeyPatch) -> object:
     real = runner.make_pool
 
     def make(opts: BatchOptions, factory: object, neural: bool,
-             most: int | None = None) -> object:
-        return real(opts, marking_engine, neural, most)
+             most: int | None = None, device: str | None = None) -> object:
+        return real(opts, marking_engine, neural, most, device)
 
     return make
 

@@ -507,6 +507,33 @@ def test_an_early_ended_input_is_said_again_when_a_rerun_skips_it(tmp_path: Path
     assert not incomplete_marker(out / "cut.mp4").exists()
 
 
+@pytest.mark.parametrize("ext", ["mp4", "mkv"])
+@pytest.mark.parametrize("chunk_seconds", [None, 1.0])
+def test_a_cut_input_says_it_ended_early_whole_or_in_chunks(
+        tmp_path: Path, ext: str, chunk_seconds: float | None) -> None:
+    """A new user's trial: a cut Matroska file (it declares 8 s but no frame count) cut into
+    chunks was "done" with exit 0; whole, it said "ended early" and exited 3."""
+    from fractions import Fraction
+
+    import numpy as np
+    from clips import write_clip
+
+    rng = np.random.default_rng(0)
+    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(240)]
+    (tmp_path / "in").mkdir()
+    clip = write_clip(tmp_path / "in" / f"cut.{ext}", list(range(240)), Fraction(1, 30),
+                      Fraction(30), audio_tracks=0, pictures=noise,
+                      options={"movflags": "faststart"} if ext == "mp4" else None)
+    whole = run_batch(_opts(tmp_path / "in", tmp_path / "whole", chunk_seconds=chunk_seconds),
+                      marking_engine, quiet=True)
+    assert whole.incomplete == [] and whole.count("done") == 1
+    clip.write_bytes(clip.read_bytes()[: int(clip.stat().st_size * 0.4)])
+    cut = run_batch(_opts(tmp_path / "in", tmp_path / "cut", chunk_seconds=chunk_seconds),
+                    marking_engine, quiet=True)
+    assert [r.status for r in cut.incomplete] == ["done"]
+    assert "input ended early" in cut.incomplete[0].incomplete
+
+
 def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A read-only --output-dir failed every item after the workers started, each with

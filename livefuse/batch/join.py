@@ -15,6 +15,7 @@ import heapq
 import itertools
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,21 @@ def _decode_times(pts: list[int], dts: list[int | None]) -> list[int]:
     return [s - delay for s in shown]
 
 
-def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> int:
+@dataclass(frozen=True)
+class Joined:
+    """What :func:`join_chunks` wrote.
+
+    Attributes:
+        frames: video frames written.
+        span: seconds from the first frame's timestamp to the last's (``0`` for one frame), for
+            telling a cut input's early end (:func:`~livefuse.io.video.incomplete_reason`).
+    """
+
+    frames: int
+    span: Fraction
+
+
+def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> Joined:
     """Write ``dst`` from the chunk files (video) and ``src`` (audio), atomically.
 
     Args:
@@ -68,7 +83,7 @@ def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> int:
         dst: the output (``.mp4``, ``.mkv``, ``.mov``).
 
     Returns:
-        The number of video frames written.
+        The frames written and the seconds they span.
 
     Raises:
         VideoError: a chunk or the input cannot be read, or the output cannot be written.
@@ -115,7 +130,7 @@ def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> int:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return len(pts)
+    return Joined(len(pts), (max(pts) - min(pts)) * tb)
 
 
-__all__ = ["join_chunks"]
+__all__ = ["Joined", "join_chunks"]

@@ -355,10 +355,12 @@ class _Collector:
                 self._finish(item, False, f"no face was swapped in any of the {frames} frames "
                              f"of '{item.input}'; no output was kept", 0, None, "")
                 return
-            frames = join_chunks(item.input, [r.unit.output for r in parts], item.output)
+            joined = join_chunks(item.input, [r.unit.output for r in parts], item.output)
             info = probe(item.input)
-            early = incomplete_reason(frames, info.frames, None, None, info.rate)
-            self._finish(item, True, "", frames, early, ",".join(sorted({r.worker
+            # a container that declares no frame count (Matroska) still declares a duration
+            early = incomplete_reason(joined.frames, info.frames, info.duration,
+                                      joined.span + 1 / info.rate, info.rate)
+            self._finish(item, True, "", joined.frames, early, ",".join(sorted({r.worker
                                                                         for r in parts})))
         except LivefuseError as exc:
             self._finish(item, False, item_problem(exc, item.input), 0, None, "")

@@ -166,8 +166,11 @@ def test_kept_chunks_of_other_settings_or_another_input_are_not_reused(
     assert len(set(again.engines[0].indices)) == 240  # every frame written again
 
 
-def test_a_damaged_manifest_or_chunk_starts_the_video_over(long_clip: Path,
-                                                           tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["cut short", "same size"])
+def test_a_damaged_chunk_is_processed_again(long_clip: Path, tmp_path: Path,
+                                            damage: str) -> None:
+    """A new user's trial: a chunk damaged in place (its size unchanged) was reused and joined
+    into a broken output, exit 0."""
     out = tmp_path / "out"
     folder = out / CHUNK_DIR / "long.mp4"
     _interrupt_after(folder / MANIFEST, 2)
@@ -175,7 +178,13 @@ def test_a_damaged_manifest_or_chunk_starts_the_video_over(long_clip: Path,
         run_batch(_opts(long_clip, out), _Counted(0.02), quiet=True, job="k1")
     done = sorted(int(k) for k in json.loads((folder / MANIFEST).read_text())["done"])
     chunk = folder / f"chunk-{done[0]:04d}.mp4"
-    chunk.write_bytes(chunk.read_bytes()[:100])  # cut short: not reused
+    data = chunk.read_bytes()
+    if damage == "cut short":
+        chunk.write_bytes(data[:100])
+    else:  # bytes in the middle of a packet: the file still opens
+        middle = len(data) // 2
+        chunk.write_bytes(data[:middle] + bytes(b ^ 0xFF for b in data[middle:middle + 64])
+                          + data[middle + 64:])
     again = _Counted(0.0)
     summary = run_batch(_opts(long_clip, out), again, quiet=True, job="k1")
     assert summary.count("done") == 1
@@ -186,7 +195,7 @@ def test_a_damaged_manifest_or_chunk_starts_the_video_over(long_clip: Path,
     assert not written & {i for k in done[1:] for i in range(k * 30, k * 30 + 30)}
 
 
-@pytest.mark.parametrize("manifest", ["not json", "[]", '{"format": 1}', ""])
+@pytest.mark.parametrize("manifest", ["not json", "[]", '{"format": 2}', ""])
 def test_a_manifest_that_cannot_be_read_discards_the_folder(long_clip: Path, tmp_path: Path,
                                                             manifest: str) -> None:
     from livefuse.batch import resume

@@ -764,3 +764,18 @@ def test_in_process_workers_on_a_gpu_are_one(mixed: Path, tmp_path: Path,
         "capture stream, so 1 worker runs here; worker processes run one engine each: "
         f"{install_hint('batch')}"])
 
+
+
+def test_a_second_batch_into_the_same_folder_is_refused_before_any_work(
+        mixed: Path, tmp_path: Path) -> None:
+    """A new user's trial: two batches into one folder took each other's outputs for missing
+    and removed each other's chunks (broken outputs, exit 0)."""
+    from livefuse.batch.lock import LOCK_NAME, OutputBusyError, output_lock
+
+    out = tmp_path / "out"
+    with output_lock(out):
+        with pytest.raises(OutputBusyError, match=r"another livefuse batch is writing into"):
+            run_batch(_opts(mixed, out), marking_engine, quiet=True)
+        assert [p.name for p in out.iterdir()] == [LOCK_NAME]  # nothing written
+    summary = run_batch(_opts(mixed, out), marking_engine, quiet=True)  # released: it runs
+    assert summary.count("done") > 0 and not (out / LOCK_NAME).exists()

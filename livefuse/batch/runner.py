@@ -23,6 +23,7 @@ from typing import Any
 
 from livefuse.batch import resume
 from livefuse.batch.dispatch import Dispatcher, VramReader, WorkerPool
+from livefuse.batch.lock import output_lock
 from livefuse.batch.plan import (
     CHUNK_DIR,
     Item,
@@ -415,10 +416,25 @@ def run_batch(opts: BatchOptions, factory: Callable[[], Any], *, neural: bool = 
             removes every chunk.
 
     Raises:
+        OutputBusyError: another batch is writing into ``opts.output_dir``
+            (:mod:`livefuse.batch.lock`); nothing was written.
         LivefuseError: bad paths (two inputs to one output, an output that is an input), Ray
             asked for but missing, or an engine that cannot be built (no face in the source).
         KeyboardInterrupt: after every worker was stopped and every partial output removed.
     """
+    made = _missing_dirs(opts.output_dir, [])
+    try:
+        with output_lock(opts.output_dir):
+            return _run_batch(opts, factory, neural, device, detect_every, quiet, on_line, vram,
+                              plan, job)
+    finally:  # the folder the lock made, when the batch left it empty
+        remove_empty(made)
+
+
+def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
+               device: str | None, detect_every: int, quiet: bool,
+               on_line: Callable[[str], None], vram: VramReader | None, plan: Plan | None,
+               job: str | None) -> BatchSummary:
     t0 = time.perf_counter()
     plan = plan or plan_items(opts.inputs, opts.output_dir, opts.recursive, opts.overwrite)
     summary = BatchSummary(problems=list(plan.problems))

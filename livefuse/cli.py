@@ -88,6 +88,8 @@ def _refuse_video_options_on_image(args: argparse.Namespace) -> None:
         given.append(f"--detect-every {args.detect_every}")
     if not args.smooth:
         given.append("--no-smooth")
+    if args.crf is not None:
+        given.append(f"--crf {args.crf}")
     if given:
         raise ConfigError(f"{', '.join(given)}: only for a video target; '{args.target}' is "
                           "an image")

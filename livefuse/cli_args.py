@@ -53,6 +53,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 
+MAX_CRF = 51  # x264's CRF scale for 8-bit video (x264 --fullhelp: "--crf <float>", 0-51)
+
+
 def at_least(low: float, kind: type[int] | type[float] = int, strict: bool = False
              ) -> Callable[[str], Any]:
     """An argparse ``type`` that parses ``kind`` and refuses values under ``low`` (at or under it
@@ -301,9 +304,21 @@ def choose_engine(args: argparse.Namespace) -> EngineConfig:
     return choice.applied(config)
 
 
+def crf_value(text: str) -> int:
+    """An argparse ``type`` for ``--crf``: a whole number on x264's CRF scale, 0 to 51."""
+    value = int(at_least(0)(text))
+    if value > MAX_CRF:
+        raise argparse.ArgumentTypeError(f"{text} must be at most {MAX_CRF}")
+    return value
+
+
+crf_value.__name__ = "int"
+
+
 def add_video_args(p: argparse.ArgumentParser) -> None:
-    """Add ``--video-encoder`` and ``--video-decoder`` (`run` and `batch`)."""
+    """Add ``--video-encoder``, ``--video-decoder`` and ``--crf`` (`run` and `batch`)."""
     from livefuse.config import VIDEO_DECODER_CHOICES, VIDEO_ENCODER_CHOICES
+    from livefuse.io.codecs import DEFAULT_CRF
 
     p.add_argument("--video-encoder", choices=VIDEO_ENCODER_CHOICES, default="auto",
                    help="video output encoder: auto = NVENC H.264 when it really opens on this "
@@ -314,6 +329,11 @@ def add_video_args(p: argparse.ArgumentParser) -> None:
                         "the host, measured slower); nvdec = NVDEC when the codec and a CUDA "
                         "device allow, else the CPU; the summary says which ran and why "
                         "(default: %(default)s)")
+    # None, not the default value: an image target refuses --crf given at all
+    p.add_argument("--crf", type=crf_value, default=None, metavar="0-51",
+                   help="video output quality on x264's CRF scale: lower is better and larger, "
+                        "about 6 more halves the size; x265 and NVENC are mapped onto it "
+                        f"(default: {DEFAULT_CRF}, visually lossless)")
 
 
 def video_options(args: argparse.Namespace) -> VideoOptions:
@@ -323,11 +343,12 @@ def video_options(args: argparse.Namespace) -> VideoOptions:
     Raises:
         LivefuseError: the encoder does not open on this machine.
     """
-    from livefuse.io.codecs import choose_encoder
+    from livefuse.io.codecs import DEFAULT_CRF, choose_encoder
     from livefuse.io.video import VideoOptions
 
     choose_encoder(args.video_encoder)
-    return VideoOptions(encoder=args.video_encoder, decoder=args.video_decoder)
+    crf = DEFAULT_CRF if args.crf is None else args.crf
+    return VideoOptions(encoder=args.video_encoder, decoder=args.video_decoder, crf=crf)
 
 
 def add_source_args(p: argparse.ArgumentParser) -> None:

@@ -470,3 +470,28 @@ def test_a_batch_worker_gives_its_cpu_share_to_the_codecs() -> None:
     assert even_share(10, 10, 4) == 2.0  # whole threads
     assert even_share(2, 2, 4) == 0.5  # every actor still fits
     assert even_share(32, 16, 1) == 16.0  # never more than one node holds
+
+
+def test_crf_sets_the_output_quality_of_run_and_batch(
+        tmp_path: Path, astronaut_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: neither `run` nor `batch` let the quality be chosen (CRF 18 fixed)."""
+    clip = _faststart_clip(tmp_path / "in.mp4", 30)
+    monkeypatch.setattr("livefuse.engine.Engine", lambda *a, **k: _Sourced())
+    sizes = {}
+    for crf in ("0", "18", "40"):
+        out = tmp_path / f"crf{crf}.mp4"
+        assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(clip), "-o", str(out),
+                     "--crf", crf]) == 0
+        sizes[crf] = out.stat().st_size
+    assert sizes["0"] > 2 * sizes["18"] > 4 * sizes["40"], sizes
+    for bad in ("52", "-1", "x"):
+        with pytest.raises(SystemExit) as exc:
+            main(["batch", str(clip), "-o", str(tmp_path / "b"), "-s", str(astronaut_path),
+                  "--crf", bad])
+        assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--crf: 52 must be at most 51" in err and "-1 must be at least 0" in err
+    assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(astronaut_path), "-o",
+                 str(tmp_path / "o.png"), "--crf", "18"]) == 2
+    assert "--crf 18: only for a video target" in capsys.readouterr().err

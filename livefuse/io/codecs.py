@@ -74,14 +74,15 @@ def encoder_options(name: str, crf: int = DEFAULT_CRF) -> dict[str, str]:
 
     x265's CRF runs about 5 above x264's for the same look (the FFmpeg H.265 guide: its default
     28 "should visually correspond to libx264 video at CRF 23"); NVENC's constant-quality ``cq``
-    on its VBR mode is used one above x264's CRF.
+    on its VBR mode is used one above x264's CRF. Both scales end at 51.
     """
     if name == "libx264":
         return {"crf": str(crf), "preset": "veryfast"}
     if name == "libx265":
-        return {"crf": str(crf + 5), "preset": "veryfast", "x265-params": "log-level=error"}
+        return {"crf": str(min(crf + 5, 51)), "preset": "veryfast",
+                "x265-params": "log-level=error"}
     if name in NVENC_ENCODERS:
-        return {"preset": "p4", "rc": "vbr", "cq": str(crf + 1), "b": "0"}
+        return {"preset": "p4", "rc": "vbr", "cq": str(min(crf + 1, 51)), "b": "0"}
     return {}
 
 

@@ -311,8 +311,8 @@ def _main(argv: Sequence[str] | None) -> int:
         # after hours keeps what it finished (outputs, a long video's chunks) and goes on from
         # it when run again; live's recording is the user's to keep, so nothing is claimed
         kept = {"run": "; no partial output was kept",
-                "batch": "; the outputs and chunks finished are kept, nothing half-written, and "
-                         "the same command resumes after them"}.get(args.command, "")
+                "batch": "; what finished is kept (nothing half-written) and the same command "
+                         "goes on after it"}.get(args.command, "")
         if _TERMINATED.is_set():
             print(f"livefuse: terminated (SIGTERM){kept or '; no partial output was kept'}",
                   file=sys.stderr)

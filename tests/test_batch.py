@@ -685,8 +685,8 @@ def test_an_interrupted_batch_says_what_it_kept_and_how_to_go_on(
     finally:
         cli._TERMINATED.clear()
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"{first}; the outputs and chunks finished are kept, nothing half-written, and the "
-        "same command resumes after them")
+        f"{first}; what finished is kept (nothing half-written) and the same command goes on "
+        "after it")
 
 
 def test_an_interrupted_run_says_no_partial_output_was_kept(
@@ -779,3 +779,23 @@ def test_a_second_batch_into_the_same_folder_is_refused_before_any_work(
         assert [p.name for p in out.iterdir()] == [LOCK_NAME]  # nothing written
     summary = run_batch(_opts(mixed, out), marking_engine, quiet=True)  # released: it runs
     assert summary.count("done") > 0 and not (out / LOCK_NAME).exists()
+
+
+def test_a_failed_write_names_the_item_once(mixed: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: ``failed: long.mp4: 'long.mp4': cannot write ...`` (a full disk)."""
+    import errno
+
+    def full(engine: object, src: Path, dst: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr("livefuse.run.run_image", full)
+    lines: list[str] = []
+    summary = run_batch(_opts(mixed, tmp_path / "out"), marking_engine, quiet=True,
+                        on_line=lines.append)
+    failed = [ln for ln in lines if "No space left on device" in ln]
+    assert len(failed) == summary.count("failed") - 1  # and the damaged video, c.mp4
+    for ln in failed:
+        name = Path(ln.split(": ")[1]).name
+        # the item once, then the output the error names
+        assert ln.count(name) == 2 and f"{name}: cannot write '" in ln, ln

@@ -92,7 +92,7 @@ def test_a_rerun_after_ctrl_c_processes_only_the_chunks_not_finished(
         sorted([MANIFEST, *(f"chunk-{int(k):04d}.mp4" for k in listed)])
     assert not (out / "long.mp4").exists()
     assert not list(out.rglob("*part*"))  # nothing half-written is kept
-    assert any(ln.startswith(f"kept {done} of 8 finished chunks of '{long_clip}'")
+    assert any(ln.startswith(f"kept the {done} finished chunks (of 8) of '{long_clip}'")
                for ln in lines), lines
 
     again = _Counted(0.0)
@@ -138,8 +138,8 @@ def test_ctrl_c_while_the_workers_start_keeps_an_earlier_runs_chunks(
     with pytest.raises(KeyboardInterrupt):
         run_batch(_opts(long_clip, out), stopped, quiet=True, on_line=lines.append, job="k1")
     assert sorted(p.name for p in folder.iterdir()) == chunks
-    assert f"kept {done} of 8 finished chunks of '{long_clip}' in '{folder}': the same " \
-        "command processes only the rest" in lines
+    assert f"kept the {done} finished chunks (of 8) of '{long_clip}' in '{folder}': the " \
+        "same command processes only the rest" in lines
     again = _Counted(0.0)
     assert run_batch(_opts(long_clip, out), again, quiet=True, job="k1").count("done") == 1
     assert len(set(again.engines[0].indices)) == 240 - done * 30
@@ -163,6 +163,10 @@ def test_kept_chunks_of_other_settings_or_another_input_are_not_reused(
                         job="k2" if change == "job" else "k1")
     assert summary.count("done") == 1
     assert not any("finished by an earlier run" in ln for ln in lines)
+    why = ("they were made with other settings" if change == "job"
+           else "the input changed since (its size or modification time)")
+    assert f"note: '{long_clip}': the chunks an earlier run finished are not used: {why}" \
+        in "\n".join(lines)
     assert len(set(again.engines[0].indices)) == 240  # every frame written again
 
 
@@ -188,6 +192,10 @@ def test_a_damaged_chunk_is_processed_again(long_clip: Path, tmp_path: Path,
     again = _Counted(0.0)
     summary = run_batch(_opts(long_clip, out), again, quiet=True, job="k1")
     assert summary.count("done") == 1
+    assert f"'{long_clip}': 1 of the {len(done)} chunks an earlier run finished changed or " \
+        "went missing since; they are processed again" in summary.notes
+    assert any("chunks of about 1 s, processed in turn and joined" in n  # one worker
+               for n in summary.notes), summary.notes
     assert frame_times(out / "long.mp4") == frame_times(long_clip)
     written = set(again.engines[0].indices)
     # 240 frames in 8 chunks of 30: the damaged chunk is processed again, the others not
@@ -207,7 +215,7 @@ def test_a_manifest_that_cannot_be_read_discards_the_folder(long_clip: Path, tmp
     (folder / "chunk-0000.mp4").write_bytes(b"x")
     if manifest:
         (folder / MANIFEST).write_text(manifest)
-    assert resume.load(item, "k1") is None
+    assert resume.load(item, "k1") == resume.Loaded(None)
     assert not folder.exists()
 
 

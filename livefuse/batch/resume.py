@@ -63,24 +63,51 @@ def _manifest(item: Item) -> Path:
 
 
 def _read(item: Item, job: str) -> dict[str, Any] | None:
+    return _read_why(item, job)[0]
+
+
+def _read_why(item: Item, job: str) -> tuple[dict[str, Any] | None, str]:
+    """The manifest if it is ``job``'s on this very input, else ``None`` and why not."""
     try:
         data = json.loads(_manifest(item).read_text(encoding="utf-8"))
-        if (not isinstance(data, dict) or data.get("format") != FORMAT
-                or data.get("job") != job or data.get("input") != _input_stamp(item.input)):
-            return None
-        return data
     except (OSError, ValueError):
-        return None
+        return None, "their list of chunks cannot be read"
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None, "their list of chunks is of another livefuse version"
+    if data.get("job") != job:
+        return None, ("they were made with other settings (face photo, engine or video "
+                      "options)")
+    try:
+        stamp = _input_stamp(item.input)
+    except OSError:
+        return None, "the input cannot be read"
+    if data.get("input") != stamp:
+        return None, "the input changed since (its size or modification time)"
+    return data, ""
 
 
 def _write(item: Item, data: dict[str, Any]) -> None:
     atomic_write_bytes(_manifest(item), json.dumps(data, indent=1).encode("utf-8"))
 
 
-def load(item: Item, job: str) -> KeptChunks | None:
-    """The chunks an earlier run of ``job`` on this very input finished, or ``None`` when there
-    are none to reuse. Files in the folder that the manifest does not list as done (a chunk cut
-    off mid-write) are removed; a folder that cannot be reused is removed whole.
+@dataclass(frozen=True)
+class Loaded:
+    """What :func:`load` found in an item's chunk folder.
+
+    Attributes:
+        kept: the chunks reused, or ``None``.
+        note: a sentence for the summary when finished chunks were found and some or all are
+            not reused (why: other settings, a changed input, a changed chunk file), else ``""``.
+    """
+
+    kept: KeptChunks | None
+    note: str = ""
+
+
+def load(item: Item, job: str) -> Loaded:
+    """The chunks an earlier run of ``job`` on this very input finished. Files in the folder
+    that the manifest does not list as done (a chunk cut off mid-write) are removed; a folder
+    that cannot be reused is removed whole, and the note says why.
 
     Args:
         item: the video.
@@ -89,23 +116,33 @@ def load(item: Item, job: str) -> KeptChunks | None:
     """
     folder = chunk_dir(item)
     if not folder.is_dir():
-        return None
-    data = _read(item, job)
+        return Loaded(None)
+    data, why = _read_why(item, job)
     kept: KeptChunks | None = None
+    listed = changed = 0
     if data is not None:
         try:
             spans = tuple(Span(**s) for s in data["spans"])
-            done = {int(k): DoneChunk(**v) for k, v in data["done"].items()}
-            done = {k: d for k, d in done.items() if 0 <= k < len(spans)
+            listed_done = {int(k): DoneChunk(**v) for k, v in data["done"].items()}
+            done = {k: d for k, d in listed_done.items() if 0 <= k < len(spans)
                     and _size(folder / chunk_name(k)) == d.size
                     and _digest(folder / chunk_name(k)) == d.digest}
+            listed, changed = len(listed_done), len(listed_done) - len(done)
             if len(spans) >= 2 and done:
                 kept = KeptChunks(spans, done)
         except (KeyError, TypeError, ValueError, AttributeError):
-            kept = None
+            why = "their list of chunks cannot be read"
+    if changed:
+        why = (f"{changed} of the {listed} chunks an earlier run finished changed or went "
+               "missing since")
     if kept is None:
+        if not _listed_done(item):
+            why = ""  # nothing was recorded as finished: nothing is lost to say
         shutil.rmtree(folder, ignore_errors=True)
-        return None
+        if not why:
+            return Loaded(None)
+        return Loaded(None, f"'{item.input}': the chunks an earlier run finished are not used: "
+                            f"{why}; the video runs from the start")
     names = {MANIFEST, *(chunk_name(k) for k in kept.done)}
     for p in folder.iterdir():
         if p.name not in names:
@@ -116,7 +153,18 @@ def load(item: Item, job: str) -> KeptChunks | None:
     assert data is not None
     if len(kept.done) != len(data["done"]):  # the manifest lists only what is reused
         _write(item, {**data, "done": {str(k): asdict(d) for k, d in kept.done.items()}})
-    return kept
+    note = (f"'{item.input}': {why}; they are processed again" if changed else "")
+    return Loaded(kept, note)
+
+
+def _listed_done(item: Item) -> int:
+    """How many chunks the manifest lists as done, whatever job or input it is for (0 when it
+    cannot be read)."""
+    try:
+        done = json.loads(_manifest(item).read_text(encoding="utf-8"))["done"]
+        return len(done) if isinstance(done, dict) else 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def _size(path: Path) -> int:

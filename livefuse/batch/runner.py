@@ -259,17 +259,19 @@ def _missing_dirs(output_dir: Path, items: Sequence[Item]) -> list[Path]:
     return sorted((d for d in wanted if not d.exists()), key=lambda d: -len(d.parts))
 
 
-def chunked_note(units: Sequence[Unit]) -> list[str]:
+def chunked_note(units: Sequence[Unit], workers: int) -> list[str]:
     """One line on the videos cut into chunks (how many, into how many chunks of about what
-    length), or none when no video was cut."""
+    length, and whether ``workers`` run them side by side), or none when no video was cut."""
     cut = {u.item: u for u in units if u.chunks > 1}
     if not cut:
         return []
     chunks = sum(u.chunks for u in cut.values())
     seconds = sum(u.item.seconds for u in cut.values()) / chunks
     videos = "1 video" if len(cut) == 1 else f"{len(cut)} videos"
+    # with one worker the chunks still pay: a stopped batch keeps the finished ones
+    how = "side by side" if workers > 1 else "in turn"
     return [f"{videos} cut at keyframes into {chunks} chunks of about {seconds:.0f} s, processed "
-            "side by side and joined (every frame, timestamp and audio packet of the input kept)"]
+            f"{how} and joined (every frame, timestamp and audio packet of the input kept)"]
 
 
 EARLIER_RUN = "an earlier run"
@@ -470,8 +472,9 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
         summary.startup_s = time.perf_counter() - t0
         chunk_s = opts.chunk_seconds if opts.chunk_seconds is not None else \
             auto_chunk_seconds(plan.items, len(pool.names()))
-        kept = {} if job is None else {i: k for i in plan.items if i.kind == "video"
-                                       for k in [resume.load(i, job)] if k is not None}
+        loaded = {} if job is None else {i: resume.load(i, job) for i in plan.items
+                                         if i.kind == "video"}
+        kept = {i: got.kept for i, got in loaded.items() if got.kept is not None}
         _clean_chunks([i for i in plan.items if i not in kept])
         whole: list[str] = []
         units = plan_units(plan.items, chunk_s, detect_every, whole,
@@ -482,8 +485,9 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
                     resume.start(item, job, spans)
         earlier = [u for u in units if u.item in kept and u.chunk in kept[u.item].done]
         units = [u for u in units if u not in set(earlier)]
-        cut = chunked_note([*units, *earlier])
-        for n in [*whole, *cut, *_resumed_note(kept)]:
+        cut = chunked_note([*units, *earlier], len(pool.names()))
+        discarded = [got.note for got in loaded.values() if got.note]
+        for n in [*whole, *cut, *_resumed_note(kept), *discarded]:
             summary.notes.append(n)
             on_line(f"note: {n}")
         # the longest first: the last unit to finish is a short one
@@ -516,7 +520,7 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
                     for got in [resume.kept(i, job)] if got[0] > 0}
             _clean_chunks([i for i in plan.items if i not in finished and i not in keep])
             for item, (ready, total) in keep.items():
-                on_line(f"kept {ready} of {total} finished chunks of '{item.input}' in "
+                on_line(f"kept the {ready} finished chunks (of {total}) of '{item.input}' in "
                         f"'{chunk_dir(item)}': the same command processes only the rest")
             # an interrupted run leaves no empty folder it made behind (one it found stays)
             remove_empty(made)

@@ -277,12 +277,12 @@ class BatchWorker:
             result.message = item_problem(exc, unit.item.input)
         except OSError as exc:  # the machine's answer (a read-only disk, a full one): no bug
             where = f" '{exc.filename}'" if exc.filename else ""
-            result.message = (f"'{unit.item.input}': cannot write{where}: "
-                              f"{exc.strerror or exc}")
+            # the failure line names the item already (``failed: PATH: ...``)
+            result.message = f"cannot write{where}: {exc.strerror or exc}"
         except Exception as exc:  # a bug must cost one item, not the batch; say where it was
             tb = traceback.extract_tb(exc.__traceback__)[-1]
-            result.message = (f"'{unit.item.input}': internal error: {type(exc).__name__}: "
-                              f"{exc} ({Path(tb.filename).name}:{tb.lineno})")
+            result.message = (f"internal error: {type(exc).__name__}: {exc} "
+                              f"({Path(tb.filename).name}:{tb.lineno})")
         if not self._noted and self._engine is not None:
             self._noted = True
             result.engine_notes = (

@@ -35,6 +35,7 @@ SAMPLES: dict[str, Any] = {
     "op": "Conv",
     "width": 26.4,
     "output": Path("/tmp/a folder/../out.mp4"),
+    "output_dir": Path("/tmp/a folder/batch out"),
     "input_path": Path("/tmp/in.mp4"),
     "what": "recording",
     "folder": Path("/home/me/.config/livefuse/presets"),

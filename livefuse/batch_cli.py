@@ -200,7 +200,7 @@ def run_batch_cli(args: argparse.Namespace) -> int:
     neural = config.engine == "neural"
     summary = run_batch(opts, spec, neural=neural, device=config.device if neural else None,
                         detect_every=config.detect_every, quiet=args.quiet, on_line=status,
-                        plan=plan, job=job_key(spec, video))
+                        plan=plan, job=job_key(spec, video, args.chunk_seconds))
     print(summary_text(summary.lines(), said))
     if summary.failed:
         return EXIT_FAILED

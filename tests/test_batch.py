@@ -502,9 +502,55 @@ def test_an_early_ended_input_is_said_again_when_a_rerun_skips_it(tmp_path: Path
     assert [r.status for r in again.incomplete] == ["skipped"]
     assert any("ended early" in ln and "earlier run" in ln for ln in again.lines())
     clip.unlink()
-    ntsc_clip(clip, frames=30, audio_tracks=0)  # the input, fixed: done in full, marker gone
-    run_batch(_opts(tmp_path / "in", out, overwrite=True), marking_engine, quiet=True)
+    # the input, fixed (the whole download): a rerun without --overwrite makes it again
+    ntsc_clip(clip, frames=30, audio_tracks=0)
+    fixed = run_batch(_opts(tmp_path / "in", out), marking_engine, quiet=True)
+    assert fixed.count("done") == 1 and fixed.incomplete == []
     assert not incomplete_marker(out / "cut.mp4").exists()
+    assert run_batch(_opts(tmp_path / "in", out), marking_engine,
+                     quiet=True).count("skipped") == 1
+
+
+def test_an_empty_output_is_made_again(mixed: Path, tmp_path: Path) -> None:
+    """A new user's trial: a 0-byte file where an output goes was "skipped (output exists)"."""
+    out = tmp_path / "out"
+    first = run_batch(_opts(mixed, out), marking_engine, quiet=True)
+    done = [r.item.output for r in first.results if r.status == "done"]
+    done[0].write_bytes(b"")
+    again = run_batch(_opts(mixed, out), marking_engine, quiet=True)
+    assert [r.item.output for r in again.results if r.status == "done"] == [done[0]]
+    assert done[0].stat().st_size > 0
+
+
+@pytest.mark.parametrize("chunk_seconds", [None, 1.0])
+def test_an_input_that_changes_while_it_is_read_is_incomplete(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_seconds: float | None) -> None:
+    """A new user's trial: a recording still being written was "done" with 288 of its 720
+    frames, exit 0, and skipped on every rerun."""
+    from livefuse.batch import runner
+
+    (tmp_path / "in").mkdir()
+    src = ntsc_clip(tmp_path / "in" / "rec.mp4", frames=60, audio_tracks=0, gop=15)
+    out = tmp_path / "out"
+    real = runner._stamp
+    calls = {"n": 0}
+
+    def growing(path: Path) -> dict[str, int] | None:  # the file grows after the first look
+        calls["n"] += 1
+        got = real(path)
+        return got if calls["n"] == 1 or got is None else {**got, "size": got["size"] + 4096}
+
+    monkeypatch.setattr(runner, "_stamp", growing)
+    first = run_batch(_opts(tmp_path / "in", out, chunk_seconds=chunk_seconds),
+                      marking_engine, quiet=True)
+    assert [r.status for r in first.incomplete] == ["done"]
+    assert "input changed while it was read" in first.incomplete[0].incomplete
+    assert any(ln.startswith(f"incomplete: {src}: input changed") for ln in first.lines())
+    monkeypatch.setattr(runner, "_stamp", real)
+    src.touch()  # the recording, finished: the rerun makes the output again, in full
+    again = run_batch(_opts(tmp_path / "in", out, chunk_seconds=chunk_seconds),
+                      marking_engine, quiet=True)
+    assert again.count("done") == 1 and again.incomplete == []
 
 
 @pytest.mark.parametrize("ext", ["mp4", "mkv"])

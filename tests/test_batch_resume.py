@@ -19,7 +19,7 @@ from clips import audio_packets, frame_times, ntsc_clip
 from livefuse.batch.plan import CHUNK_DIR
 from livefuse.batch.resume import MANIFEST
 from livefuse.batch.runner import BatchOptions, run_batch
-from livefuse.batch.worker import EngineSpec, job_key
+from livefuse.batch.worker import EngineSpec, job_changes, job_key
 from livefuse.config import EngineConfig
 from livefuse.io.video import VideoOptions
 from livefuse.testing.stub_engine import MarkingEngine
@@ -92,7 +92,7 @@ def test_a_rerun_after_ctrl_c_processes_only_the_chunks_not_finished(
         sorted([MANIFEST, *(f"chunk-{int(k):04d}.mp4" for k in listed)])
     assert not (out / "long.mp4").exists()
     assert not list(out.rglob("*part*"))  # nothing half-written is kept
-    assert any(ln.startswith(f"kept the {done} finished chunks (of 8) of '{long_clip}'")
+    assert any(ln.startswith(f"kept finished chunks of '{long_clip}', {done} of 8, in ")
                for ln in lines), lines
 
     again = _Counted(0.0)
@@ -105,8 +105,8 @@ def test_a_rerun_after_ctrl_c_processes_only_the_chunks_not_finished(
     assert frames_line.startswith(f"frames:   240 ({done * 30} of them in chunks an earlier "
                                   f"run finished) in "), frames_line
     assert f"fps over the {240 - done * 30} processed;" in frames_line
-    assert f"note: '{long_clip}': {done} of 8 chunks were finished by an earlier run with " \
-        "the same settings; only the rest are processed" in lines
+    assert f"note: '{long_clip}': chunks an earlier run with the same settings finished: " \
+        f"{done} of 8; only the rest are processed" in lines
     whole = _Counted(0.0)
     run_batch(_opts(long_clip, tmp_path / "ref"), whole, quiet=True)
     assert 0 < again.frames < whole.frames  # the finished chunks were not processed again
@@ -138,7 +138,7 @@ def test_ctrl_c_while_the_workers_start_keeps_an_earlier_runs_chunks(
     with pytest.raises(KeyboardInterrupt):
         run_batch(_opts(long_clip, out), stopped, quiet=True, on_line=lines.append, job="k1")
     assert sorted(p.name for p in folder.iterdir()) == chunks
-    assert f"kept the {done} finished chunks (of 8) of '{long_clip}' in '{folder}': the " \
+    assert f"kept finished chunks of '{long_clip}', {done} of 8, in '{folder}': the " \
         "same command processes only the rest" in lines
     again = _Counted(0.0)
     assert run_batch(_opts(long_clip, out), again, quiet=True, job="k1").count("done") == 1
@@ -192,8 +192,8 @@ def test_a_damaged_chunk_is_processed_again(long_clip: Path, tmp_path: Path,
     again = _Counted(0.0)
     summary = run_batch(_opts(long_clip, out), again, quiet=True, job="k1")
     assert summary.count("done") == 1
-    assert f"'{long_clip}': 1 of the {len(done)} chunks an earlier run finished changed or " \
-        "went missing since; they are processed again" in summary.notes
+    assert f"'{long_clip}': chunks an earlier run finished that changed or went missing " \
+        f"since: 1 of {len(done)}; those are processed again" in summary.notes
     assert any("chunks of about 1 s, processed in turn and joined" in n  # one worker
                for n in summary.notes), summary.notes
     assert frame_times(out / "long.mp4") == frame_times(long_clip)
@@ -215,8 +215,11 @@ def test_a_manifest_that_cannot_be_read_discards_the_folder(long_clip: Path, tmp
     (folder / "chunk-0000.mp4").write_bytes(b"x")
     if manifest:
         (folder / MANIFEST).write_text(manifest)
-    assert resume.load(item, "k1") == resume.Loaded(None)
-    assert not folder.exists()
+    got = resume.load(item, "k1")
+    assert got.kept is None and not folder.exists()
+    # a new user's trial: an unreadable list restarted the video without a word
+    said = "the chunks an earlier run finished are not used: their list of chunks cannot be read"
+    assert (said in got.note) == (manifest in ("not json", "")), got.note
 
 
 def test_without_a_job_key_ctrl_c_keeps_no_chunk(long_clip: Path, tmp_path: Path) -> None:
@@ -250,6 +253,14 @@ def test_the_job_key_follows_what_decides_the_pixels(tmp_path: Path, t1_path: Pa
     copy = tmp_path / astronaut_path.name
     copy.write_bytes(astronaut_path.read_bytes())
     assert job_key(EngineSpec(EngineConfig(engine="classic"), copy), VideoOptions()) != base
+    # a new user's trial: another --chunk-seconds kept the old cuts, "with the same settings"
+    assert job_key(spec, VideoOptions(), 4.0) != base
+    # and the note said only "face photo, engine or video options": now it names the part
+    assert job_changes(base, job_key(spec, VideoOptions(crf=23), 4.0)) == [
+        "the video options", "--chunk-seconds"]
+    assert job_changes(base, job_key(EngineSpec(EngineConfig(engine="classic"), copy),
+                                      VideoOptions())) == ["the face photo"]
+    assert job_changes("k1", "k2") == []
 
 
 class _FailsOnce(_Counted):
@@ -297,3 +308,40 @@ def test_without_a_job_key_a_failed_chunk_keeps_nothing(long_clip: Path,
     assert summary.failed == 1
     assert not (out / CHUNK_DIR).exists()
 
+
+
+def test_overwrite_processes_the_kept_chunks_again(long_clip: Path, tmp_path: Path) -> None:
+    """A new user's trial: --overwrite reused an interrupted run's chunks; only deleting the
+    chunk folder by hand made the video run from the start."""
+    from dataclasses import replace
+
+    out = tmp_path / "out"
+    _interrupt_after(out / CHUNK_DIR / "long.mp4" / MANIFEST, 2)
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(_opts(long_clip, out), _Counted(0.02), quiet=True, job="k1")
+    again = _Counted(0.0)
+    summary = run_batch(replace(_opts(long_clip, out), overwrite=True), again, quiet=True,
+                        job="k1")
+    assert summary.count("done") == 1 and summary.reused_frames == 0
+    assert len(set(again.engines[0].indices)) == 240
+
+
+def test_the_cli_keys_the_chunks_on_chunk_seconds(long_clip: Path, tmp_path: Path,
+                                                  astronaut_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: a rerun with another --chunk-seconds kept the old cuts."""
+    from livefuse import cli
+    from livefuse.batch import runner
+
+    jobs: list[str | None] = []
+
+    def record(*a: object, job: str | None = None, **k: object) -> runner.BatchSummary:
+        jobs.append(job)
+        return runner.BatchSummary()
+
+    monkeypatch.setattr(runner, "run_batch", record)
+    for seconds in ("2", "4", "4"):
+        assert cli.main(["batch", str(long_clip), "-o", str(tmp_path / "o"), "-s",
+                         str(astronaut_path), "-q", "--executor", "local", "--engine",
+                         "classic", "--chunk-seconds", seconds]) == 0
+    assert jobs[0] != jobs[1] == jobs[2]

@@ -15,9 +15,9 @@ stream copy with every frame and timestamp in place. A keyframe followed by lead
 from __future__ import annotations
 
 import bisect
-import contextlib
 import glob
 import itertools
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -29,7 +29,7 @@ from typing import Literal
 import av
 
 from livefuse.errors import LivefuseError, VideoError
-from livefuse.imaging import is_image_path
+from livefuse.imaging import atomic_write_bytes, is_image_path
 from livefuse.io.codecs import open_video
 from livefuse.io.video import (
     OUTPUT_VIDEO_SUFFIXES,
@@ -127,9 +127,43 @@ class Plan:
 
 
 def incomplete_marker(output: Path) -> Path:
-    """The hidden file beside ``output`` that says its input ended early (its text says how):
-    written when such an output is kept, removed when the item is done in full."""
+    """The hidden file beside ``output`` that says its input ended early (its first line says
+    how, its second the input's size and modification time as JSON): written when such an
+    output is kept, removed when the item is done in full."""
     return output.with_name(f".{output.name}.livefuse-incomplete")
+
+
+def input_stamp(path: Path) -> dict[str, int]:
+    """``{"size": bytes, "mtime_ns": ns}`` of a file: a changed input (a cut download replaced
+    by the whole one, a recording still being written) has another.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def write_incomplete_marker(output: Path, why: str, stamp: dict[str, int] | None) -> None:
+    """Write ``output``'s :func:`incomplete_marker`: ``why`` and the input's stamp as it was
+    when the run read it."""
+    text = why.replace("\n", " ") + "\n" + json.dumps(stamp)
+    atomic_write_bytes(incomplete_marker(output), text.encode("utf-8"))
+
+
+def _earlier_incomplete(item: Item) -> tuple[str, bool] | None:
+    """``(why, input changed since)`` for an output kept from an input that ended early, or
+    ``None`` for an output done in full."""
+    try:
+        why, _, stamp = incomplete_marker(item.output).read_text(encoding="utf-8").partition("\n")
+    except OSError:
+        return None
+    try:
+        recorded = json.loads(stamp) if stamp.strip() else None
+        changed = recorded is not None and recorded != input_stamp(item.input)
+    except (ValueError, OSError):
+        changed = False
+    return why.strip() or "input ended early", changed
 
 
 def _output_name(rel: Path) -> Path:
@@ -258,14 +292,25 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
         if kind == "video":
             frames, seconds = _video_size(path)
         item = Item(path, out, kind, frames, seconds)
-        if out.exists() and not overwrite:
-            plan.skipped.append(item)
-            with contextlib.suppress(OSError):
-                why = incomplete_marker(out).read_text(encoding="utf-8").strip()
-                plan.earlier_incomplete[item] = why or "input ended early"
-        else:
+        earlier = _earlier_incomplete(item)
+        if overwrite or not _finished_output(out) or (earlier is not None and earlier[1]):
+            # a cut input replaced since (the whole download, the finished recording): its
+            # kept output is made again
             plan.items.append(item)
+        else:
+            plan.skipped.append(item)
+            if earlier is not None:
+                plan.earlier_incomplete[item] = earlier[0]
     return plan
+
+
+def _finished_output(out: Path) -> bool:
+    """An output a run finished: outputs are renamed into place when complete, so an empty file
+    there is no run's (a placeholder, a failed copy) and is made again."""
+    try:
+        return out.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _video_size(path: Path) -> tuple[int, float]:
@@ -484,5 +529,5 @@ def leftovers(unit: Unit) -> list[Path]:
 
 
 __all__ = ["CHUNK_DIR", "WARMUP_S", "Item", "KeyIndex", "Plan", "Unit", "auto_chunk_seconds",
-           "chunk_dir", "chunk_name", "chunk_spans", "expand", "key_index", "leftovers",
-           "plan_items", "plan_units"]
+           "chunk_dir", "chunk_name", "chunk_spans", "expand", "incomplete_marker", "input_stamp",
+           "key_index", "leftovers", "plan_items", "plan_units", "write_incomplete_marker"]

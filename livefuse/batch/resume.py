@@ -23,11 +23,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from livefuse.batch.plan import Item, Unit, chunk_dir, chunk_name
+from livefuse.batch.plan import Item, Unit, chunk_dir, chunk_name, input_stamp
 from livefuse.imaging import atomic_write_bytes
 from livefuse.io.video import Span
 
 MANIFEST = "chunks.json"
+UNREADABLE = "their list of chunks cannot be read"
 FORMAT = 2  # 2: each done chunk's digest
 
 
@@ -53,11 +54,6 @@ class KeptChunks:
     done: Mapping[int, DoneChunk]
 
 
-def _input_stamp(path: Path) -> dict[str, int]:
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
 def _manifest(item: Item) -> Path:
     return chunk_dir(item) / MANIFEST
 
@@ -71,14 +67,18 @@ def _read_why(item: Item, job: str) -> tuple[dict[str, Any] | None, str]:
     try:
         data = json.loads(_manifest(item).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None, "their list of chunks cannot be read"
+        return None, UNREADABLE
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None, "their list of chunks is of another livefuse version"
     if data.get("job") != job:
-        return None, ("they were made with other settings (face photo, engine or video "
-                      "options)")
+        from livefuse.batch.worker import job_changes
+
+        changed = job_changes(str(data.get("job")), job)
+        return None, ("they were made with other settings: " + (
+            ", ".join(changed) if changed else "face photo, engine, video options or "
+            "--chunk-seconds") + " changed since")
     try:
-        stamp = _input_stamp(item.input)
+        stamp = input_stamp(item.input)
     except OSError:
         return None, "the input cannot be read"
     if data.get("input") != stamp:
@@ -131,12 +131,12 @@ def load(item: Item, job: str) -> Loaded:
             if len(spans) >= 2 and done:
                 kept = KeptChunks(spans, done)
         except (KeyError, TypeError, ValueError, AttributeError):
-            why = "their list of chunks cannot be read"
+            why = UNREADABLE
     if changed:
-        why = (f"{changed} of the {listed} chunks an earlier run finished changed or went "
-               "missing since")
+        why = (f"chunks an earlier run finished that changed or went missing since: {changed} "
+               f"of {listed}")
     if kept is None:
-        if not _listed_done(item):
+        if not _listed_done(item) and not (why == UNREADABLE and _chunk_files(folder)):
             why = ""  # nothing was recorded as finished: nothing is lost to say
         shutil.rmtree(folder, ignore_errors=True)
         if not why:
@@ -153,8 +153,12 @@ def load(item: Item, job: str) -> Loaded:
     assert data is not None
     if len(kept.done) != len(data["done"]):  # the manifest lists only what is reused
         _write(item, {**data, "done": {str(k): asdict(d) for k, d in kept.done.items()}})
-    note = (f"'{item.input}': {why}; they are processed again" if changed else "")
+    note = (f"'{item.input}': {why}; those are processed again" if changed else "")
     return Loaded(kept, note)
+
+
+def _chunk_files(folder: Path) -> bool:
+    return any(p.name.startswith("chunk-") for p in folder.iterdir())
 
 
 def _listed_done(item: Item) -> int:
@@ -185,7 +189,7 @@ def _digest(path: Path) -> str:
 
 def start(item: Item, job: str, spans: Sequence[Span]) -> None:
     """Record a freshly cut video's spans, nothing done yet (before any chunk is dispatched)."""
-    _write(item, {"format": FORMAT, "job": job, "input": _input_stamp(item.input),
+    _write(item, {"format": FORMAT, "job": job, "input": input_stamp(item.input),
                   "spans": [asdict(s) for s in spans], "done": {}})
 
 

@@ -32,16 +32,17 @@ from livefuse.batch.plan import (
     auto_chunk_seconds,
     chunk_dir,
     incomplete_marker,
+    input_stamp,
     leftovers,
     most_units,
     plan_items,
     plan_units,
+    write_incomplete_marker,
 )
 from livefuse.batch.resume import KeptChunks
 from livefuse.batch.worker import UnitResult, WorkerStats, item_problem
 from livefuse.errors import LivefuseError
 from livefuse.extras import install_hint
-from livefuse.imaging import atomic_write_bytes
 from livefuse.io.folders import remove_empty
 from livefuse.io.video import Span, VideoOptions
 
@@ -153,7 +154,7 @@ class BatchSummary:
         out += [f"note: {n}" for n in self.notes]
         for r in self.incomplete:
             earlier = " (an earlier run's output, kept)" if r.status == "skipped" else ""
-            out.append(f"ended early: {r.item.input}: {r.incomplete}{earlier}")
+            out.append(f"incomplete: {r.item.input}: {r.incomplete}{earlier}")
         for raw, msg in self.problems:
             out.append(f"failed: {raw}: {msg}")
         for r in self.results:
@@ -288,8 +289,8 @@ def _cut_spans(units: Sequence[Unit]) -> dict[Item, list[Span]]:
 
 
 def _resumed_note(kept: dict[Item, KeptChunks]) -> list[str]:
-    return [f"'{i.input}': {len(k.done)} of {len(k.spans)} chunks were finished by an earlier "
-            "run with the same settings; only the rest are processed"
+    return [f"'{i.input}': chunks an earlier run with the same settings finished: "
+            f"{len(k.done)} of {len(k.spans)}; only the rest are processed"
             for i, k in kept.items()]
 
 
@@ -302,6 +303,13 @@ def _clean_chunks(items: Sequence[Item]) -> None:
         parent = item.output.parent / CHUNK_DIR
         if parent.is_dir() and not any(parent.iterdir()):
             parent.rmdir()
+
+
+def _stamp(path: Path) -> dict[str, int] | None:
+    try:
+        return input_stamp(path)
+    except OSError:
+        return None
 
 
 class _Collector:
@@ -317,6 +325,9 @@ class _Collector:
         self.results: list[ItemResult] = []
         self.finished: set[Item] = set()
         self.engine_notes: list[str] = []  # every worker's engine says the same: once each
+        # each input as the run starts reading it: one that changes meanwhile (a recording
+        # still being written) was read in part
+        self.stamps = {item: _stamp(item.input) for item in self.expected}
 
     def __call__(self, res: UnitResult) -> None:
         item = res.unit.item
@@ -380,11 +391,15 @@ class _Collector:
                 incomplete: str | None, worker: str) -> None:
         self.finished.add(item)
         if ok:
-            marker = incomplete_marker(item.output)
+            stamp = self.stamps.get(item)
+            if stamp is not None and stamp != _stamp(item.input):
+                incomplete = ("input changed while it was read (a recording still being "
+                              "written?): the output has what was there; the same command "
+                              "makes it again from the file as it is then")
             if incomplete:
-                atomic_write_bytes(marker, incomplete.encode("utf-8"))
+                write_incomplete_marker(item.output, incomplete, stamp)
             else:
-                marker.unlink(missing_ok=True)
+                incomplete_marker(item.output).unlink(missing_ok=True)
         self.results.append(ItemResult(item, "done" if ok else "failed", message, frames,
                                        incomplete, worker))
         self.progress.item(ok)
@@ -472,8 +487,9 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
         summary.startup_s = time.perf_counter() - t0
         chunk_s = opts.chunk_seconds if opts.chunk_seconds is not None else \
             auto_chunk_seconds(plan.items, len(pool.names()))
-        loaded = {} if job is None else {i: resume.load(i, job) for i in plan.items
-                                         if i.kind == "video"}
+        # --overwrite redoes the outputs, and so the chunks an earlier run kept for them
+        loaded = {} if job is None or opts.overwrite else {
+            i: resume.load(i, job) for i in plan.items if i.kind == "video"}
         kept = {i: got.kept for i, got in loaded.items() if got.kept is not None}
         _clean_chunks([i for i in plan.items if i not in kept])
         whole: list[str] = []
@@ -520,7 +536,7 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
                     for got in [resume.kept(i, job)] if got[0] > 0}
             _clean_chunks([i for i in plan.items if i not in finished and i not in keep])
             for item, (ready, total) in keep.items():
-                on_line(f"kept the {ready} finished chunks (of {total}) of '{item.input}' in "
+                on_line(f"kept finished chunks of '{item.input}', {ready} of {total}, in "
                         f"'{chunk_dir(item)}': the same command processes only the rest")
             # an interrupted run leaves no empty folder it made behind (one it found stays)
             remove_empty(made)

@@ -59,11 +59,23 @@ class EngineSpec:
         return engine
 
 
-def job_key(spec: EngineSpec, video: VideoOptions) -> str:
-    """What decides a chunk's pixels, as 16 hex digits: livefuse's version, the engine settings,
-    the source and reference photos (path, size, modification time) and the encoder and
-    quality. An interrupted batch's finished chunks are reused only under the same key
-    (:mod:`livefuse.batch.resume`), so a rerun with another face or setting starts over."""
+JOB_PARTS = {"version": "the livefuse version", "engine": "the engine settings",
+             "photos": "the face photo", "video": "the video options",
+             "chunks": "--chunk-seconds"}
+"""The parts of a :func:`job_key`, and how a sentence names each."""
+
+
+def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None = None) -> str:
+    """What decides a long video's chunks and their pixels: livefuse's version, the engine
+    settings, the source and reference photos (path, size, modification time), the encoder and
+    quality, and ``--chunk-seconds`` (``None``: chosen from the workers). An interrupted
+    batch's finished chunks are reused only under the same key (:mod:`livefuse.batch.resume`),
+    so a rerun with another face or setting starts over.
+
+    Returns:
+        ``part=hex;...`` for each of :data:`JOB_PARTS` (8 hex digits of SHA-256 each), so a
+        rerun can say which part changed.
+    """
     import hashlib
     import json
 
@@ -75,9 +87,25 @@ def job_key(spec: EngineSpec, video: VideoOptions) -> str:
         st = p.stat()
         return [str(p), st.st_size, st.st_mtime_ns]
 
-    parts = [__version__, repr(spec.config), repr(spec.cache), spec.source_face_index,
-             stamp(spec.source), stamp(spec.reference), video.encoder, video.crf]
-    return hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()[:16]
+    parts: dict[str, object] = {
+        "version": __version__,
+        "engine": [repr(spec.config), repr(spec.cache), spec.source_face_index],
+        "photos": [stamp(spec.source), stamp(spec.reference)],
+        "video": [video.encoder, video.crf],
+        "chunks": chunk_seconds,
+    }
+    return ";".join(f"{name}={hashlib.sha256(json.dumps(value).encode()).hexdigest()[:8]}"
+                    for name, value in parts.items())
+
+
+def job_changes(before: str, now: str) -> list[str]:
+    """What differs between two :func:`job_key` values, in words (empty when a key is not of
+    that form: all that is known then is that they differ)."""
+    def split(key: str) -> dict[str, str]:
+        return dict(p.split("=", 1) for p in key.split(";") if "=" in p)
+
+    a, b = split(before), split(now)
+    return [JOB_PARTS[k] for k in JOB_PARTS if k in a and k in b and a[k] != b[k]]
 
 
 @dataclass
@@ -329,4 +357,4 @@ class BatchWorker:
 
 
 __all__ = ["CODEC_THREADS_PER_CPU", "BatchWorker", "EngineSpec", "UnitResult", "WorkerInfo",
-           "WorkerStats", "codec_threads", "job_key"]
+           "WorkerStats", "codec_threads", "job_changes", "job_key"]

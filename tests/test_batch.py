@@ -845,3 +845,20 @@ def test_a_failed_write_names_the_item_once(mixed: Path, tmp_path: Path,
         name = Path(ln.split(": ")[1]).name
         # the item once, then the output the error names
         assert ln.count(name) == 2 and f"{name}: cannot write '" in ln, ln
+
+
+def test_ray_only_options_are_refused_or_named_without_ray(
+        mixed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: ``--gpus-per-worker 0.5 --executor local`` was accepted and
+    ignored."""
+    from livefuse.errors import LivefuseError
+
+    with pytest.raises(LivefuseError, match=r"--gpus-per-worker: only for Ray's workers"):
+        run_batch(_opts(mixed, tmp_path / "a", gpus_per_worker=0.5), marking_engine,
+                  quiet=True)
+    assert not (tmp_path / "a").exists()
+    monkeypatch.setattr("livefuse.batch.executor.ray_available", lambda: False)
+    summary = run_batch(BatchOptions((str(mixed),), tmp_path / "b", cpus_per_worker=1.0),
+                        marking_engine, quiet=True)
+    assert any(n.startswith("--cpus-per-worker: not used") for n in summary.notes), \
+        summary.notes

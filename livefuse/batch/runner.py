@@ -218,7 +218,17 @@ def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
                      f"{'s' if most != 1 else ''} of work, so {most} worker"
                      f"{'s' if most != 1 else ''} started")
     want_ray = opts.executor == "ray" or opts.address is not None
+    ray_only = [name for name, value in (("--address", opts.address),
+                                         ("--gpus-per-worker", opts.gpus_per_worker),
+                                         ("--cpus-per-worker", opts.cpus_per_worker))
+                if value is not None]
+    if opts.executor == "local" and ray_only:  # accepted and ignored would be a lie
+        raise LivefuseError(f"{', '.join(ray_only)}: only for Ray's workers; --executor local "
+                            "runs the items in this process")
     if opts.executor == "local" or (not want_ray and not ray_available()):
+        if ray_only:
+            notes.append(f"{', '.join(ray_only)}: not used: Ray's workers take them, and "
+                         "without Ray the items run in this process")
         workers = min(opts.workers or 1, most or 1 << 30)
         if workers > 1 and device is not None and _on_cuda(device):
             notes.append(f"--workers {workers}: GPU engines in one process would share its "

@@ -580,6 +580,29 @@ def test_a_cut_input_says_it_ended_early_whole_or_in_chunks(
     assert "input ended early" in cut.incomplete[0].incomplete
 
 
+@pytest.mark.parametrize("ext", ["mp4", "mkv"])
+@pytest.mark.parametrize("chunk_seconds", [None, 1.0])
+def test_a_hole_in_the_timestamps_is_damage_and_a_stall_is_not(
+        tmp_path: Path, ext: str, chunk_seconds: float | None) -> None:
+    """A new user's trial: a Matroska file with a zeroed stretch went on after the demuxer's
+    resync with a 1 s jump, "done" with exit 0 (the same damage in an MP4 gave exit 3)."""
+    from fractions import Fraction
+
+    from clips import vfr_clip, write_clip
+
+    (tmp_path / "in").mkdir()
+    holed = [*range(60), *range(90, 150)]  # 1 s without frames after 2 s
+    write_clip(tmp_path / "in" / f"hole.{ext}", holed, Fraction(1, 30), Fraction(30),
+               audio_tracks=0)
+    vfr_clip(tmp_path / "in" / f"vfr.{ext}", frames=90, audio_tracks=0)  # a 0.3 s stall
+    summary = run_batch(_opts(tmp_path / "in", tmp_path / "out", chunk_seconds=chunk_seconds),
+                        marking_engine, quiet=True)
+    assert summary.count("done") == 2
+    assert [r.item.input.name for r in summary.incomplete] == [f"hole.{ext}"]
+    assert summary.incomplete[0].incomplete.startswith(
+        "input damaged: no frame for 1.0 s after 0:01.97")
+
+
 def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A read-only --output-dir failed every item after the workers started, each with

@@ -68,10 +68,14 @@ class Joined:
         frames: video frames written.
         span: seconds from the first frame's timestamp to the last's (``0`` for one frame), for
             telling a cut input's early end (:func:`~livefuse.io.video.incomplete_reason`).
+        gap, gap_at: the longest step between two frames (s) and where it starts (s from the
+            first frame), for telling a hole (:func:`~livefuse.io.video.gap_reason`).
     """
 
     frames: int
     span: Fraction
+    gap: Fraction = Fraction(0)
+    gap_at: Fraction = Fraction(0)
 
 
 def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> Joined:
@@ -130,7 +134,9 @@ def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> Joined:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return Joined(len(pts), (max(pts) - min(pts)) * tb)
+    shown = sorted(pts)
+    step, at = max(((b - a, a) for a, b in itertools.pairwise(shown)), default=(0, shown[0]))
+    return Joined(len(pts), (shown[-1] - shown[0]) * tb, step * tb, (at - shown[0]) * tb)
 
 
 __all__ = ["Joined", "join_chunks"]

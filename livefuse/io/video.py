@@ -337,6 +337,7 @@ class _Decoder:
         self.error: str | None = None
         self.first_pts: int | None = None
         self.last_pts: int | None = None
+        self.gap = (0, 0)  # the longest step between two written frames, and where (ticks)
         self.keep_yuv = False  # set by the encoder when its frames can start from the input's
 
     def _packets(self) -> Iterator[Any]:
@@ -417,6 +418,8 @@ class _Decoder:
             pts = 0 if self.last_pts is None else self.last_pts + self.step
         elif self.last_pts is not None and pts <= self.last_pts:
             pts, self.nudged = self.last_pts + 1, self.nudged + 1
+        elif self.last_pts is not None and pts - self.last_pts > self.gap[0]:
+            self.gap = (pts - self.last_pts, self.last_pts)
         self.last_pts = pts
         if self.first_pts is None:
             self.first_pts = pts
@@ -428,8 +431,34 @@ class _Decoder:
         covered = None
         if self.last_pts is not None and self.first_pts is not None:
             covered = (self.last_pts - self.first_pts) * self.tb + 1 / self.rate
-        return incomplete_reason(self.decoded, declared, duration, covered, self.rate,
-                                 self.error, self.bad_packets)
+        why = incomplete_reason(self.decoded, declared, duration, covered, self.rate,
+                                self.error, self.bad_packets)
+        start = self.first_pts or 0
+        return why or gap_reason(self.gap[0] * self.tb, (self.gap[1] - start) * self.tb,
+                                 self.rate)
+
+
+GAP_MIN_S = Fraction(1, 2)
+GAP_MIN_FRAMES = 5
+"""A step between two frames longer than both of these is a hole, not a variable frame rate:
+phones vary between about 24 and 60 fps (2.5x), and a Matroska file with a damaged stretch
+went on after the demuxer's resync with a 1.0 s jump and no error (a new user's trial)."""
+
+
+def gap_reason(gap: Fraction, at: Fraction, rate: Fraction) -> str | None:
+    """Why a video's frames have a hole, or ``None``.
+
+    Args:
+        gap: the longest step between two consecutive frames' timestamps (s).
+        at: where it starts, from the first frame (s).
+        rate: the stream's average frame rate (fps).
+    """
+    if gap <= max(GAP_MIN_S, GAP_MIN_FRAMES / rate):
+        return None
+    minutes, seconds = divmod(float(at), 60)
+    return (f"input damaged: no frame for {float(gap):.1f} s after {int(minutes)}:"
+            f"{seconds:05.2f} (a damaged stretch skipped, or a recording that paused); the "
+            "output shows the frame before it that long")
 
 
 def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
@@ -780,5 +809,5 @@ def read_frames(path: str | os.PathLike[str]) -> list[Frame]:
 
 __all__ = ["OUTPUT_VIDEO_SUFFIXES", "PART_INFIX", "VIDEO_SUFFIXES", "FrameProcessor", "Processed",
            "Region", "Span", "TranscodeResult", "VideoInfo", "VideoOptions", "check_audio_fits",
-           "incomplete_reason", "is_video_path", "muxer_options", "part_path", "probe",
-           "read_frames", "transcode"]
+           "gap_reason", "incomplete_reason", "is_video_path", "muxer_options", "part_path",
+           "probe", "read_frames", "transcode"]

@@ -62,6 +62,10 @@ class RunSummary:
     :data:`~livefuse.errors.EXIT_INCOMPLETE`."""
     stats: ChainStats | None = None
     """Busy seconds per pipeline stage (videos)."""
+    input_notes: tuple[str, ...] = ()
+    """Notes on this target's content, also in ``notes`` (an odd size padded, timestamps moved,
+    transparency flattened): ``batch`` names them per item, where its other notes (encoder,
+    audio) would repeat for every item."""
     skipped: tuple[str, ...] = ()
     """Why faces found were not swapped: one line per face (still images), or per reason with
     how many faces in how many frames (videos)."""
@@ -116,9 +120,10 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
         if output.suffix.lower() not in ALPHA_SUFFIXES:
             out = flatten_onto_black(out, img.alpha)
             if (img.alpha < 255).any():
-                summary.notes += (f"the target's transparency cannot be kept in "
-                                  f"{output.suffix}: it is flattened onto black (.png, .webp "
-                                  "or .tif keep it)",)
+                summary.input_notes = (f"the target's transparency cannot be kept in "
+                                       f"{output.suffix}: it is flattened onto black (.png, "
+                                       ".webp or .tif keep it)",)
+                summary.notes += summary.input_notes
     save_image(output, out, img.alpha)
     return summary
 
@@ -234,6 +239,7 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
     summary.incomplete = result.incomplete
     summary.skipped = tuple(processor.skipped_lines())
     notes = list(result.notes)
+    summary.input_notes = tuple(result.notes)
     if span is None:
         notes.append(f"{result.audio_streams_copied} audio stream(s) copied; "
                      f"{rate_text(result.rate, result.measured_rate)}; every frame keeps its "

@@ -885,3 +885,28 @@ def test_ray_only_options_are_refused_or_named_without_ray(
                         marking_engine, quiet=True)
     assert any(n.startswith("--cpus-per-worker: not used") for n in summary.notes), \
         summary.notes
+
+
+def test_a_note_on_an_items_content_reaches_the_summary(tmp_path: Path) -> None:
+    """A new user's trial: `run` said an odd-sized video was padded (641x361 -> 642x362);
+    `batch` said nothing of it."""
+    import av
+    import numpy as np
+
+    (tmp_path / "in").mkdir()
+    with av.open(str(tmp_path / "in" / "odd.mp4"), "w") as out:  # 4:4:4 takes odd sizes
+        vs = out.add_stream("libx264", rate=30, options={"keyint": "15"})
+        vs.width, vs.height, vs.pix_fmt = 97, 65, "yuv444p"
+        for k in range(60):
+            img = np.full((65, 97, 3), (k * 4) % 256, np.uint8)
+            for pkt in vs.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                out.mux(pkt)
+        for pkt in vs.encode():
+            out.mux(pkt)
+    for chunk_seconds in (None, 1.0):
+        summary = run_batch(_opts(tmp_path / "in", tmp_path / f"out{chunk_seconds}",
+                                  chunk_seconds=chunk_seconds), marking_engine, quiet=True)
+        padded = [n for n in summary.notes if "input is 97x65" in n]
+        assert padded == [f"'{tmp_path / 'in' / 'odd.mp4'}': input is 97x65; 4:2:0 video needs "
+                          "even sizes, so the output is 98x66 (one edge pixel row/column "
+                          "repeated)"], summary.notes

@@ -335,6 +335,7 @@ class _Collector:
         self.results: list[ItemResult] = []
         self.finished: set[Item] = set()
         self.engine_notes: list[str] = []  # every worker's engine says the same: once each
+        self.item_notes: list[str] = []  # what a run would say of its target's content
         # each input as the run starts reading it: one that changes meanwhile (a recording
         # still being written) was read in part
         self.stamps = {item: _stamp(item.input) for item in self.expected}
@@ -347,6 +348,10 @@ class _Collector:
                 self.on_line(note)
         if not res.ok:
             self.progress.unit_failed(res.unit.frames, res.frames)
+        for note in res.input_notes:  # each chunk of a video says the same: once each
+            line = f"'{item.input}': {note}"
+            if line not in self.item_notes:
+                self.item_notes.append(line)
         if res.unit.chunks == 1:
             self._finish(item, res.ok, res.message, res.frames, res.incomplete, res.worker)
             return
@@ -560,7 +565,7 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
     joined = {r.item for r in collector.results if r.status == "done"}
     summary.reused_frames = sum(kept[u.item].done[u.chunk].frames for u in earlier
                                 if u.item in joined)
-    summary.notes = collector.engine_notes + summary.notes
+    summary.notes = collector.engine_notes + summary.notes + collector.item_notes
     order = {i.input: k for k, i in enumerate([*plan.items, *plan.skipped])}
     summary.results.sort(key=lambda r: order.get(r.item.input, 0))
     return summary

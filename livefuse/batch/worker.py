@@ -121,6 +121,7 @@ class UnitResult:
         seconds: wall time on the worker.
         worker: the worker's name.
         notes: the run's notes (encoder, decoder, audio).
+        input_notes: those on the target's content (:attr:`livefuse.run.RunSummary.input_notes`).
         engine_notes: on a worker's first unit, what its engine said about the source and
             reference photos (``source: ...``), as ``run`` prints them.
     """
@@ -135,6 +136,7 @@ class UnitResult:
     seconds: float = 0.0
     worker: str = ""
     notes: tuple[str, ...] = ()
+    input_notes: tuple[str, ...] = ()
     engine_notes: tuple[str, ...] = ()
 
 
@@ -353,7 +355,7 @@ class BatchWorker:
         result.ok = True
         result.frames = summary.frames
         result.faces_found, result.faces_swapped = summary.faces_found, summary.faces_swapped
-        result.notes = summary.notes
+        result.notes, result.input_notes = summary.notes, summary.input_notes
 
 
 __all__ = ["CODEC_THREADS_PER_CPU", "BatchWorker", "EngineSpec", "UnitResult", "WorkerInfo",

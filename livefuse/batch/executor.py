@@ -323,9 +323,9 @@ class RayPool:
         self._units: dict[Hashable, tuple[str, Unit]] = {}
         where = "embedded local cluster" if self.owned else \
             f"cluster at {address}" if address else "the cluster this process had joined"
-        gpu = f", {gpus_per_worker:g} GPU each" if gpus_per_worker else ""
+        gpu = f", {gpus_per_worker:.3g} GPU each" if gpus_per_worker else ""
         self.description = (f"Ray ({where}): {len(self.actors)} worker"
-                            f"{'s' if len(self.actors) > 1 else ''}, {cpus_per_worker:g} CPU"
+                            f"{'s' if len(self.actors) > 1 else ''}, {cpus_per_worker:.3g} CPU"
                             f"{' each' if not gpu else ''}{gpu}")
 
     def names(self) -> list[str]:

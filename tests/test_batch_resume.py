@@ -119,6 +119,38 @@ def test_a_rerun_after_ctrl_c_processes_only_the_chunks_not_finished(
     assert not (out / CHUNK_DIR).exists()
 
 
+def test_ctrl_c_just_after_a_chunk_is_listed_keeps_its_file(
+        long_clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI on a loaded machine: the Ctrl-C came after the manifest listed a chunk as done and
+    before the run counted it, and the cleanup removed the listed chunk's file."""
+    from livefuse.batch import resume
+
+    real = resume.finished
+    calls: list[int] = []
+
+    def finished_then_stopped(unit: Any, *args: Any) -> None:
+        real(unit, *args)
+        calls.append(unit.chunk)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(resume, "finished", finished_then_stopped)
+    out = tmp_path / "out"
+    folder = out / CHUNK_DIR / "long.mp4"
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(_opts(long_clip, out), _Counted(0.0), quiet=True, job="k1")
+    listed = json.loads((folder / MANIFEST).read_text())["done"]
+    assert sorted(int(k) for k in listed) == sorted(calls)
+    assert sorted(p.name for p in folder.iterdir()) == \
+        sorted([MANIFEST, *(f"chunk-{k:04d}.mp4" for k in calls)])
+    monkeypatch.setattr(resume, "finished", real)
+    again = _Counted(0.0)
+    summary = run_batch(_opts(long_clip, out), again, quiet=True, job="k1")
+    assert summary.count("done") == 1
+    assert not any("changed or went missing" in n for n in summary.notes), summary.notes
+    assert len(set(again.engines[0].indices)) == 240 - 2 * 30
+
+
 def test_ctrl_c_while_the_workers_start_keeps_an_earlier_runs_chunks(
         long_clip: Path, tmp_path: Path) -> None:
     """The rerun's own start-up (Ray, model loading) takes seconds: a Ctrl-C then must not

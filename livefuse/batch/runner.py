@@ -355,10 +355,12 @@ class _Collector:
         if res.unit.chunks == 1:
             self._finish(item, res.ok, res.message, res.frames, res.incomplete, res.worker)
             return
+        got = self.chunks.setdefault(item, [])
+        # counted before the manifest lists it: a Ctrl-C in between must not let the cleanup
+        # remove a chunk file that the manifest calls done
+        got.append(res)
         if res.ok and self.job is not None and res.worker != EARLIER_RUN:
             resume.finished(res.unit, res.frames, res.faces_found, res.faces_swapped, self.job)
-        got = self.chunks.setdefault(item, [])
-        got.append(res)
         if len(got) == self.expected[item]:
             self._join(item, sorted(got, key=lambda r: r.unit.chunk))
 

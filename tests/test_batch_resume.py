@@ -115,7 +115,10 @@ def test_a_rerun_after_ctrl_c_processes_only_the_chunks_not_finished(
     assert audio_packets(out / "long.mp4") == audio_packets(long_clip)
     a, b = _frames(out / "long.mp4"), _frames(tmp_path / "ref" / "long.mp4")
     assert len(a) == len(b) == 240
-    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    # not byte for byte: libx264 in PyAV's wheel now and then encodes the same frames a little
+    # differently on a loaded machine (a mean difference near 0.1 of 255; neighbouring frames
+    # of this clip differ by 3.5 or more)
+    assert all(np.abs(x.astype(np.int16) - y).mean() < 1.0 for x, y in zip(a, b, strict=True))
     assert not (out / CHUNK_DIR).exists()
 
 

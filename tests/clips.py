@@ -4,12 +4,15 @@ into it so a test can tell which frame went where."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
+import pytest
 
 from livefuse.io.synthetic import write_tone
 
@@ -95,3 +98,24 @@ def face_clip(path: Path, photo: np.ndarray, face_bbox: Sequence[float], frames:
     return write_clip(path, [1001 * i for i in range(frames)], Fraction(1, 30000),
                       Fraction(30000, 1001), gop=gop, pictures=pictures,
                       **kw)  # type: ignore[arg-type]
+
+
+def encoder_inputs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
+    """Record every frame handed to the video encoder, as (pts, sha1 of its yuv420p samples),
+    from whichever thread encodes. Tests compare these, not the encoded bytes: libx264 in PyAV's
+    wheel now and then encodes the same frames a little differently on a loaded machine (CI saw
+    it; so did 1 run in 5 of a pipelined job here with both cores busy)."""
+    import livefuse.io.video as video_mod
+    from livefuse.io.pipeline import Passthrough
+
+    seen: list[tuple[int, str]] = []
+    sink = video_mod._Encoder.sink
+
+    def recording(self: Any, item: Any) -> None:
+        if not isinstance(item, Passthrough) and item.write:
+            seen.append((int(item.out.pts), hashlib.sha1(
+                item.out.to_ndarray(format="yuv420p").tobytes()).hexdigest()))
+        sink(self, item)
+
+    monkeypatch.setattr(video_mod._Encoder, "sink", recording)
+    return seen

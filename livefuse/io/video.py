@@ -3,8 +3,10 @@ default), and copy every audio stream's packets untouched.
 
 :func:`transcode` runs as a pipeline (design.md §8): decode ‖ stage/upload ‖ process ‖ convert ‖
 encode, each on its own thread with bounded queues between them (:mod:`livefuse.io.pipeline`).
-The threads change when work happens, never what is written: frames and audio packets reach the
-muxer in the order the serial loop (``pipelined=False``) gives, so both write the same bytes.
+The threads change when work happens, never what is written: the encoder gets the frames the
+serial loop (``pipelined=False``) gives it, and packets reach the muxer in the same order. (The
+video bytes may still differ: libx264 in PyAV's wheel now and then encodes the same frames a
+little differently when the machine is busy.)
 
 The output is written to a temp file beside the destination and renamed at the end, so an
 interrupted run never leaves a half-written file under the final name and never touches the input.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -162,7 +163,12 @@ def test_ctrl_c_cancels_every_task_cleans_up_and_leaves_no_ray_process(
         ray_cluster: str, tmp_path: Path, face_video: Path, astronaut_path: Path,
         sig: signal.Signals, code: int, chunks: str) -> None:
     """Ctrl-C (SIGINT) with whole videos, whose part files sit beside their outputs, and SIGTERM
-    with chunked ones, whose parts sit in the chunk folder."""
+    with chunked ones, whose parts sit in the chunk folder. Each goes to the whole process
+    group, as a terminal's Ctrl-C and a service manager's stop do: Ray's own processes get it
+    too, and the clean-up waited out STOP_TIMEOUT_S (30 s) for workers Ray no longer
+    answered for."""
+    from livefuse.batch.executor import STOP_TIMEOUT_S
+
     folder = tmp_path / "in"
     folder.mkdir()
     for k in range(3):
@@ -172,15 +178,20 @@ def test_ctrl_c_cancels_every_task_cleans_up_and_leaves_no_ray_process(
     proc = subprocess.Popen(
         [sys.executable, "-m", "livefuse", "batch", str(folder), "-o", str(out), "-s",
          str(astronaut_path), "--executor", "ray", "--workers", "2", "--chunk-seconds", chunks,
-         "--engine", "classic"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         "--engine", "classic"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None and \
             not list(out.rglob("*livefuse-part*")):
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()
     assert list(out.rglob("*livefuse-part*")), "the batch never started writing"
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
+    os.killpg(proc.pid, sig)
+    try:
+        _, err = proc.communicate(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
     assert proc.returncode == code, err
     assert "Traceback" not in err
     # no part file and no output; only chunks finished before the signal stay, each listed in

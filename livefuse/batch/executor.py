@@ -231,6 +231,26 @@ def stop_ray() -> None:
         ray.shutdown()
 
 
+def _kill_and_wait(pids: Sequence[int], timeout: float) -> bool:
+    """SIGKILL these processes of this machine and wait until each has ended.
+
+    Returns:
+        ``False`` without psutil (the batch extra brings it; Ray alone does not).
+    """
+    try:
+        import psutil
+    except ImportError:
+        return False
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(pid)
+            p.kill()
+            procs.append(p)
+    psutil.wait_procs(procs, timeout=timeout)
+    return True
+
+
 def even_share(cpus: float, node_cpus: float, workers: int) -> float:
     """Each of ``workers`` actors' CPU share of a cluster with ``cpus`` CPUs, the largest node
     having ``node_cpus``: whole CPUs where there are enough (x264 and the decoder take whole
@@ -408,15 +428,23 @@ class RayPool:
         return out
 
     def cancel(self) -> None:
-        """Kill every actor now and wait (up to :data:`STOP_TIMEOUT_S`) until each is gone, so
-        none writes after the caller removes the partial outputs."""
+        """Kill every actor now and make sure each is gone (a worker on this machine: by its
+        pid; elsewhere: until Ray reports it dead, up to :data:`STOP_TIMEOUT_S`), so none writes
+        after the caller removes the partial outputs."""
         import ray
 
         for a in self.actors.values():
             ray.kill(a, no_restart=True)
+        # a SIGTERM to the whole process group (a service manager, `timeout`) reaches Ray's
+        # own processes too: they stop answering while the workers, in process groups of
+        # their own, live on; waiting for Ray to report them dead took the whole
+        # STOP_TIMEOUT_S (a new user's trial: 37 s to exit)
+        here = {n for n in self.actors if self.info[n].host == socket.gethostname()}
+        if not _kill_and_wait([self.info[n].pid for n in here], STOP_TIMEOUT_S):
+            here = set()
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for a in self.actors.values():
-            while time.monotonic() < deadline:
+        for name, a in self.actors.items():
+            while name not in here and time.monotonic() < deadline:
                 try:
                     ray.get(a.where.remote(), timeout=1.0)
                 except ray.exceptions.RayActorError:

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="Ray is not installed")
 
 GiB = 2**30
+STOP_S = 30.0
 
 
 def _session_processes(session: str) -> list[psutil.Process]:
@@ -277,13 +278,26 @@ class _Stop(Exception):
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt(), SystemExit(signal.SIGTERM)])
 def test_an_interrupt_while_ray_starts_stops_what_started(
         monkeypatch: pytest.MonkeyPatch, interrupt: BaseException) -> None:
-    """Ctrl-C 3 s into a new user's batch left Ray's agents running for a minute; SIGTERM then
-    ended it with Ray's bare exit 15 instead of the CLI's clean-up and 143."""
+    """Ctrl-C 2-3 s into a new user's batch left Ray's agents running for a minute (Ray's
+    shutdown does not know a node whose start it did not finish); SIGTERM then ended it with
+    Ray's bare exit 15 instead of the CLI's clean-up and 143. The interrupted start ends the Ray
+    processes it started, and only those."""
     import ray
 
     from livefuse.batch.executor import start_ray
 
+    package = str(Path(ray.__file__).parent)
+
+    def sleeper(*tag: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *tag])
+
+    earlier = sleeper(package)  # another cluster's, started before this one
+    time.sleep(1.1)  # process start times have a resolution of 10 ms, and a 1 s margin
+    spawned: list[subprocess.Popen[bytes]] = []
+
     def init(*args: object, **kw: object) -> None:
+        spawned.append(sleeper(package))  # as one of Ray's binaries, or an agent
+        spawned.append(sleeper())  # something else of this process's
         raise interrupt
 
     shutdowns: list[bool] = []
@@ -301,4 +315,9 @@ def test_an_interrupt_while_ray_starts_stops_what_started(
         assert signal.getsignal(signal.SIGTERM) is ours
     finally:
         signal.signal(signal.SIGTERM, old)
+        alive = [p.poll() is None for p in (earlier, *spawned)]
+        for p in (earlier, *spawned):
+            p.kill()
+            p.wait()
     assert shutdowns == [True]
+    assert alive == [True, False, True]

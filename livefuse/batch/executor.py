@@ -174,6 +174,7 @@ def start_ray(address: str | None = None, num_cpus: float | None = None,
     common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR,
                               "include_dashboard": False}
     main = threading.current_thread() is threading.main_thread()
+    started = time.time()
     # Ray's driver installs a C-level SIGTERM handler that aborts the process (exit -6, no
     # clean-up): the CLI's own handler (clean up, exit 143) is put back after ray.init
     sigterm = signal.getsignal(signal.SIGTERM) if main else None
@@ -192,6 +193,9 @@ def start_ray(address: str | None = None, num_cpus: float | None = None,
         # (a new user's Ctrl-C 3 s in left Ray's agents running for a minute), and Ray's own
         # SIGTERM handler ends the process with a bare exit 15
         if address is None:
+            # ray.shutdown does not know a node whose start it did not finish: its agents
+            # stayed for a minute (until they noticed the raylet gone)
+            _kill_and_wait(_ray_processes_since(started), 5.0)
             with contextlib.suppress(Exception):
                 ray.shutdown()
         if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and callable(sigterm):
@@ -229,6 +233,33 @@ def stop_ray() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+def _ray_processes_since(t0: float) -> list[int]:
+    """Ray's processes (its binaries, or titled ``ray::``) started at or after ``t0`` (epoch
+    seconds) by this process: its descendants, and those in its process group (an agent whose
+    raylet has died is no longer a descendant)."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    import ray
+
+    package = os.path.dirname(ray.__file__)
+    me = psutil.Process()
+    mine = {p.pid for p in me.children(recursive=True)}
+    group = os.getpgid(0)
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline", "create_time"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if p.info["create_time"] < t0 - 1.0 or p.pid == me.pid:
+                continue
+            if p.pid not in mine and os.getpgid(p.pid) != group:
+                continue
+            if any(part.startswith("ray::") or part.startswith(package)
+                   for part in p.info["cmdline"] or []):
+                found.append(p.pid)
+    return found
 
 
 def _kill_and_wait(pids: Sequence[int], timeout: float) -> bool:

@@ -10,11 +10,13 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -269,6 +271,37 @@ def test_an_address_where_nothing_listens_is_refused_at_once() -> None:
     assert time.monotonic() - t0 < 10
     with pytest.raises(LivefuseError, match="give auto or HOST:PORT"):
         start_ray("nonsense")
+
+
+@pytest.mark.parametrize("peer", ["web server", "silent"])
+def test_an_address_where_something_else_listens_is_refused_at_once(peer: str) -> None:
+    """A new user's ``--address`` at a web server's port hung for minutes in ``ray.init``,
+    printing Ray's C++ warnings; a listener that never answers likewise."""
+    import http.server
+    import threading
+
+    from livefuse.batch.executor import start_ray
+    from livefuse.errors import LivefuseError
+
+    if peer == "web server":
+        server: Any = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+    else:
+        server = socket.create_server(("127.0.0.1", 0))
+        port = server.getsockname()[1]
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(LivefuseError, match=rf"127\.0\.0\.1:{port}: something answers "
+                                                r"there, but not Ray"):
+            start_ray(f"127.0.0.1:{port}")
+        assert time.monotonic() - t0 < 10
+    finally:
+        if peer == "web server":
+            server.shutdown()
+            server.server_close()
+        else:
+            server.close()
 
 
 class _Stop(Exception):

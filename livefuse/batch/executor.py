@@ -220,11 +220,39 @@ def _answers(address: str) -> None:
         raise LivefuseError(f"--address {address}: give auto or HOST:PORT of a running cluster "
                             "(`ray start --head` prints it)")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=5.0).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5.0) as conn:
+            grpc = _speaks_http2(conn)
     except OSError as exc:
         raise LivefuseError(f"--address {address}: nothing answers there "
                             f"({exc.strerror or exc}); is the cluster running (`ray status` on "
                             "its head machine)?") from exc
+    if not grpc and os.environ.get("RAY_USE_TLS", "0").lower() in ("0", "false", ""):
+        # ray.init waited on such a peer for minutes, printing Ray's C++ warnings (a new
+        # user's --address at a web server's port)
+        raise LivefuseError(f"--address {address}: something answers there, but not Ray (its "
+                            "GCS speaks gRPC); the dashboard's port (8265) is not the one: "
+                            "give the address `ray start --head` prints (port 6379 unless "
+                            "changed)")
+
+
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""An HTTP/2 client's connection preface and an empty SETTINGS frame (RFC 9113 §3.4, §6.5)."""
+
+
+def _speaks_http2(conn: socket.socket) -> bool:
+    """Whether the peer answers the HTTP/2 preface with a SETTINGS frame, as a gRPC server (Ray's
+    GCS, or its client server for ``ray://``) does first (RFC 9113 §3.4: frame type 4)."""
+    try:
+        conn.sendall(HTTP2_PREFACE)
+        head = b""
+        while len(head) < 9:
+            got = conn.recv(9 - len(head))
+            if not got:
+                break
+            head += got
+    except OSError:
+        return False
+    return len(head) == 9 and head[3] == 4
 
 
 def stop_ray() -> None:

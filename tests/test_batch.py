@@ -51,6 +51,24 @@ def test_inputs_expand_files_folders_and_globs(tmp_path: Path) -> None:
     assert [str(rel) for _, rel in found] == ["one.jpg", "sub/three.png", "two.mp4"]
 
 
+def test_a_pattern_names_its_matches_as_a_folder_names_its_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: ``in`` --recursive wrote out/a/clip.mp4 and out/b/clip.mp4, while
+    ``'in/**/*.mp4'`` put both on out/clip.mp4 (two inputs, one output: refused)."""
+    _touch(tmp_path / "in" / "a" / "clip.mp4")
+    _touch(tmp_path / "in" / "b" / "clip.mp4")
+    _touch(tmp_path / "in" / "top.jpg")
+    folder, _, _ = expand([str(tmp_path / "in")], recursive=True)
+    pattern, _, _ = expand([str(tmp_path / "in" / "**" / "*.*")], recursive=True)
+    assert sorted(str(rel) for _, rel in folder) == sorted(str(rel) for _, rel in pattern) == \
+        ["a/clip.mp4", "b/clip.mp4", "top.jpg"]
+    one_level, _, _ = expand([str(tmp_path / "in" / "*" / "clip.mp4")])
+    assert [str(rel) for _, rel in one_level] == ["a/clip.mp4", "b/clip.mp4"]
+    monkeypatch.chdir(tmp_path / "in")  # a pattern with no fixed part: as given
+    here, _, _ = expand(["*/clip.mp4", "*.jpg"])
+    assert [str(rel) for _, rel in here] == ["a/clip.mp4", "b/clip.mp4", "top.jpg"]
+
+
 def test_outputs_mirror_names_and_resume_skips_existing(tmp_path: Path) -> None:
     src = tmp_path / "in"
     _touch(src / "x.jpg")

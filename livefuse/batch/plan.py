@@ -190,13 +190,24 @@ def _walk_root(raw: str) -> Path:
     return Path(*plain).resolve() if plain else Path.cwd().resolve()
 
 
+def _below(match: Path, fixed: Path) -> Path:
+    """``match``'s path below ``fixed`` (a pattern's part before its first magic; empty: the
+    match as it is, relative to the working folder)."""
+    try:
+        return match.relative_to(fixed)
+    except ValueError:  # pragma: no cover  (glob's matches start with the pattern's own text)
+        return Path(match.name)
+
+
 def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None = None
            ) -> tuple[list[tuple[Path, Path]], list[tuple[str, str]], int]:
     """Files named by ``inputs``: ``(path, name under the output folder)`` pairs, problems, and
     how many files a walk left out as this batch's own outputs.
 
     A folder gives its images and videos (sorted; below it too with ``recursive``); a pattern
-    with ``*``, ``?`` or ``[`` is expanded (``**`` with ``recursive``); a file is taken as it is,
+    with ``*``, ``?`` or ``[`` is expanded (``**`` with ``recursive``), each match named by its
+    path below the pattern's part before the first magic, as a folder's files are named by
+    their path below it; a file is taken as it is (by its name),
     and one that is neither an image nor a video is a problem. A folder or pattern that walks
     into the output folder ``outputs`` (which lies inside it) leaves the files there out: they
     are this batch's outputs, not inputs. A file named itself is always taken.
@@ -235,7 +246,11 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             files = walked(raw, [m for m in matches if m.is_file() and _media(m)])
             if not files:
                 problems.append((raw, "no image or video matches this pattern"))
-            found += [(f, Path(f.name)) for f in files]
+            # mirrored below the pattern's fixed part, as a folder's files are below it:
+            # `in/**/*.mp4` and `in` --recursive write the same outputs (`in/*/clip.mp4` no
+            # longer puts every clip.mp4 on one name)
+            fixed = Path(*itertools.takewhile(lambda q: not glob.has_magic(q), p.parts))
+            found += [(f, _below(f, fixed)) for f in files]
         else:
             problems.append((raw, "file not found"))
     return found, problems, left_out

@@ -58,7 +58,7 @@ EXTRAS: tuple[Extra, ...] = (
           (Package("torch>=2.2", "torch"),)),
     Extra("batch", "`livefuse batch` on parallel workers (Ray: an embedded local cluster, or "
           "--address to join one); without it batch runs its items in this process",
-          (Package("ray>=2.48", "ray"),)),
+          (Package("ray>=2.48", "ray"), Package("psutil>=5.9", "psutil"))),
 )
 """Every optional extra but ``test`` (the developers' tools)."""
 

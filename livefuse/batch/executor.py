@@ -264,34 +264,38 @@ def stop_ray() -> None:
 
 
 def _ray_processes_since(t0: float) -> list[int]:
-    """Ray's processes (its binaries, or titled ``ray::``) started at or after ``t0`` (epoch
-    seconds) by this process: its descendants, and those in its process group (an agent whose
-    raylet has died is no longer a descendant)."""
+    """Ray's processes started at or after ``t0`` (epoch seconds) by this process: its
+    descendants, and those in its process group (an agent whose raylet has died is no longer a
+    descendant)."""
     try:
         import psutil
     except ImportError:
         return []
-    import ray
-
-    package = os.path.dirname(ray.__file__)
     me = psutil.Process()
     mine = {p.pid for p in me.children(recursive=True)}
     group = os.getpgid(0)
     found = []
-    for p in psutil.process_iter(["pid", "cmdline", "create_time"]):
+    for p in psutil.process_iter(["pid", "create_time"]):
         with contextlib.suppress(psutil.Error, OSError):
             if p.info["create_time"] < t0 - 1.0 or p.pid == me.pid:
                 continue
-            if p.pid not in mine and os.getpgid(p.pid) != group:
-                continue
-            if any(part.startswith("ray::") or part.startswith(package)
-                   for part in p.info["cmdline"] or []):
+            if (p.pid in mine or os.getpgid(p.pid) == group) and _is_ray(p):
                 found.append(p.pid)
     return found
 
 
+def _is_ray(p: Any) -> bool:
+    """Whether ``p`` (a ``psutil.Process``) is one of Ray's: a binary or script of its package,
+    or a process titled ``ray::`` (a worker, an agent)."""
+    import ray
+
+    package = os.path.dirname(ray.__file__)
+    return any(part.startswith("ray::") or part.startswith(package) for part in p.cmdline())
+
+
 def _kill_and_wait(pids: Sequence[int], timeout: float) -> bool:
-    """SIGKILL these processes of this machine and wait until each has ended.
+    """SIGKILL those of these processes that are still Ray's (a pid can be reused) and wait
+    until each has ended.
 
     Returns:
         ``False`` without psutil (the batch extra brings it; Ray alone does not).
@@ -304,8 +308,9 @@ def _kill_and_wait(pids: Sequence[int], timeout: float) -> bool:
     for pid in pids:
         with contextlib.suppress(psutil.Error):
             p = psutil.Process(pid)
-            p.kill()
-            procs.append(p)
+            if _is_ray(p):
+                p.kill()
+                procs.append(p)
     psutil.wait_procs(procs, timeout=timeout)
     return True
 

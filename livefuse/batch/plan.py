@@ -186,8 +186,12 @@ def _walk_root(raw: str) -> Path:
     p = Path(raw)
     if p.is_dir() or not glob.has_magic(raw):
         return p.resolve()
-    plain = [part for part in itertools.takewhile(lambda q: not glob.has_magic(q), p.parts)]
-    return Path(*plain).resolve() if plain else Path.cwd().resolve()
+    return _fixed_part(p).resolve()  # Path() for a pattern with no fixed part: the cwd
+
+
+def _fixed_part(pattern: Path) -> Path:
+    """A pattern's part before its first magic component (``in/**/*.mp4``: ``in``)."""
+    return Path(*itertools.takewhile(lambda q: not glob.has_magic(q), pattern.parts))
 
 
 def _below(match: Path, fixed: Path) -> Path:
@@ -249,8 +253,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             # mirrored below the pattern's fixed part, as a folder's files are below it:
             # `in/**/*.mp4` and `in` --recursive write the same outputs (`in/*/clip.mp4` no
             # longer puts every clip.mp4 on one name)
-            fixed = Path(*itertools.takewhile(lambda q: not glob.has_magic(q), p.parts))
-            found += [(f, _below(f, fixed)) for f in files]
+            found += [(f, _below(f, _fixed_part(p))) for f in files]
         else:
             problems.append((raw, "file not found"))
     return found, problems, left_out

@@ -79,7 +79,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--output-dir", "-o", type=Path, required=True, help="where outputs go")
     p.add_argument("--source", "-s", type=Path, required=True, help="photo of the source face")
     p.add_argument("--recursive", "-r", action="store_true",
-                   help="also the subfolders of folders (and ** in patterns)")
+                   help="also the subfolders of folders (a pattern's ** reaches them "
+                        "anyway)")
     p.add_argument("--overwrite", action="store_true",
                    help="process items whose output exists (default: skip them)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")

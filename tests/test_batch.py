@@ -58,10 +58,14 @@ def test_a_pattern_names_its_matches_as_a_folder_names_its_files(
     _touch(tmp_path / "in" / "a" / "clip.mp4")
     _touch(tmp_path / "in" / "b" / "clip.mp4")
     _touch(tmp_path / "in" / "top.jpg")
+    _touch(tmp_path / "in" / "b" / "c" / "deep.mp4")
     folder, _, _ = expand([str(tmp_path / "in")], recursive=True)
     pattern, _, _ = expand([str(tmp_path / "in" / "**" / "*.*")], recursive=True)
     assert sorted(str(rel) for _, rel in folder) == sorted(str(rel) for _, rel in pattern) == \
-        ["a/clip.mp4", "b/clip.mp4", "top.jpg"]
+        ["a/clip.mp4", "b/c/deep.mp4", "b/clip.mp4", "top.jpg"]
+    # `**` asks for every depth: without --recursive deep.mp4 was left out, exit 0
+    stars, _, _ = expand([str(tmp_path / "in" / "**" / "*.mp4")])
+    assert sorted(str(rel) for _, rel in stars) == ["a/clip.mp4", "b/c/deep.mp4", "b/clip.mp4"]
     one_level, _, _ = expand([str(tmp_path / "in" / "*" / "clip.mp4")])
     assert [str(rel) for _, rel in one_level] == ["a/clip.mp4", "b/clip.mp4"]
     monkeypatch.chdir(tmp_path / "in")  # a pattern with no fixed part: as given

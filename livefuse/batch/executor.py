@@ -37,6 +37,9 @@ OBJECT_STORE_BYTES = 256 * 2**20
 never travel through Ray: workers read and write files), so Ray's default of 30 % of RAM would
 only take memory from the engines."""
 STOP_TIMEOUT_S = 30.0
+KILL_GRACE_S = 2.0
+"""How long a cancelled worker on this machine has to end by Ray's own ``ray.kill`` before it is
+killed by its pid (on 2 cores Ray ended both of two workers well within it)."""
 
 
 def ray_available() -> bool:
@@ -293,9 +296,10 @@ def _is_ray(p: Any) -> bool:
     return any(part.startswith("ray::") or part.startswith(package) for part in p.cmdline())
 
 
-def _kill_and_wait(pids: Sequence[int], timeout: float) -> bool:
+def _kill_and_wait(pids: Sequence[int], timeout: float, grace: float = 0.0) -> bool:
     """SIGKILL those of these processes that are still Ray's (a pid can be reused) and wait
-    until each has ended.
+    until each has ended; with ``grace`` (s), those that end by themselves within it are left
+    to do so.
 
     Returns:
         ``False`` without psutil (the batch extra brings it; Ray alone does not).
@@ -309,9 +313,12 @@ def _kill_and_wait(pids: Sequence[int], timeout: float) -> bool:
         with contextlib.suppress(psutil.Error):
             p = psutil.Process(pid)
             if _is_ray(p):
-                p.kill()
                 procs.append(p)
-    psutil.wait_procs(procs, timeout=timeout)
+    _, alive = psutil.wait_procs(procs, timeout=grace) if grace > 0 else ([], procs)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=timeout)
     return True
 
 
@@ -503,8 +510,11 @@ class RayPool:
         # own processes too: they stop answering while the workers, in process groups of
         # their own, live on; waiting for Ray to report them dead took the whole
         # STOP_TIMEOUT_S (a new user's trial: 37 s to exit)
+        # (after a moment: an actor that Ray ends is reported as stopped; one killed by its
+        # pid, as a worker that "died by an unexpected system error... the OOM killer?")
         here = {n for n in self.actors if self.info[n].host == socket.gethostname()}
-        if not _kill_and_wait([self.info[n].pid for n in here], STOP_TIMEOUT_S):
+        if not _kill_and_wait([self.info[n].pid for n in here], STOP_TIMEOUT_S,
+                              grace=KILL_GRACE_S):
             here = set()
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for name, a in self.actors.items():

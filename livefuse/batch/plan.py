@@ -209,9 +209,9 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
     how many files a walk left out as this batch's own outputs.
 
     A folder gives its images and videos (sorted; below it too with ``recursive``); a pattern
-    with ``*``, ``?`` or ``[`` is expanded (``**`` with ``recursive``), each match named by its
-    path below the pattern's part before the first magic, as a folder's files are named by
-    their path below it; a file is taken as it is (by its name),
+    with ``*``, ``?`` or ``[`` is expanded (``**``: any depth, ``recursive`` or not), each
+    match named by its path below the pattern's part before the first magic, as a folder's
+    files are named by their path below it; a file is taken as it is (by its name),
     and one that is neither an image nor a video is a problem. A folder or pattern that walks
     into the output folder ``outputs`` (which lies inside it) leaves the files there out: they
     are this batch's outputs, not inputs. A file named itself is always taken.
@@ -246,7 +246,9 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             else:
                 problems.append((raw, f"unknown file type '{p.suffix}' ({media_types()})"))
         elif glob.has_magic(raw):
-            matches = sorted(Path(m) for m in glob.glob(raw, recursive=recursive))
+            # `**` asks for every depth whatever --recursive says: Python's glob otherwise
+            # reads it as `*`, and a new user's 'in/**/*.mp4' left in/b/c/deep.mp4 out, exit 0
+            matches = sorted(Path(m) for m in glob.glob(raw, recursive=True))
             files = walked(raw, [m for m in matches if m.is_file() and _media(m)])
             if not files:
                 problems.append((raw, "no image or video matches this pattern"))

@@ -353,6 +353,18 @@ def test_without_ray_the_batch_runs_in_process_and_says_what_the_extra_adds(
     assert "on 2 threads that share one Python" in note and "one after another" not in note
 
 
+def test_chunks_longer_than_asked_are_explained(tmp_path: Path) -> None:
+    """A new user's --chunk-seconds 2 on a clip with a keyframe every 8.3 s gave "chunks of
+    about 8 s" with no word on why."""
+    src = ntsc_clip(tmp_path / "gop.mp4", frames=240, audio_tracks=0, gop=60)  # 2 s apart
+    opts = BatchOptions((str(src),), tmp_path / "out", executor="local", workers=1,
+                        chunk_seconds=0.5)
+    lines = run_batch(opts, marking_engine, quiet=True).lines()
+    assert "note: 1 video cut at keyframes into 4 chunks of about 2 s (not the 0.5 s asked: a " \
+        "cut goes only where the input has a keyframe, and its keyframes lie further apart), " \
+        "processed in turn" in "\n".join(lines), lines
+
+
 def test_in_process_workers_cut_a_long_video_and_join_it_exactly(
         tmp_path: Path) -> None:
     from clips import audio_packets, frame_times

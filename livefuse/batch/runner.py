@@ -270,9 +270,12 @@ def _missing_dirs(output_dir: Path, items: Sequence[Item]) -> list[Path]:
     return sorted((d for d in wanted if not d.exists()), key=lambda d: -len(d.parts))
 
 
-def chunked_note(units: Sequence[Unit], workers: int) -> list[str]:
+def chunked_note(units: Sequence[Unit], workers: int, asked: float | None = None
+                 ) -> list[str]:
     """One line on the videos cut into chunks (how many, into how many chunks of about what
-    length, and whether ``workers`` run them side by side), or none when no video was cut."""
+    length, and whether ``workers`` run them side by side), or none when no video was cut.
+    ``asked``: the ``--chunk-seconds`` given; chunks well over it are explained (a cut goes
+    only where the input has a keyframe)."""
     cut = {u.item: u for u in units if u.chunks > 1}
     if not cut:
         return []
@@ -281,8 +284,12 @@ def chunked_note(units: Sequence[Unit], workers: int) -> list[str]:
     videos = "1 video" if len(cut) == 1 else f"{len(cut)} videos"
     # with one worker the chunks still pay: a stopped batch keeps the finished ones
     how = "side by side" if workers > 1 else "in turn"
-    return [f"{videos} cut at keyframes into {chunks} chunks of about {seconds:.0f} s, processed "
-            f"{how} and joined (every frame, timestamp and audio packet of the input kept)"]
+    # a new user's --chunk-seconds 2 gave "chunks of about 8 s" with no word on why
+    why = (f" (not the {asked:g} s asked: a cut goes only where the input has a keyframe, "
+           "and its keyframes lie further apart)" if asked and seconds > 1.5 * asked else "")
+    return [f"{videos} cut at keyframes into {chunks} chunks of about {seconds:.0f} s{why}, "
+            f"processed {how} and joined (every frame, timestamp and audio packet of the input "
+            "kept)"]
 
 
 EARLIER_RUN = "an earlier run"
@@ -519,7 +526,7 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
                     resume.start(item, job, spans)
         earlier = [u for u in units if u.item in kept and u.chunk in kept[u.item].done]
         units = [u for u in units if u not in set(earlier)]
-        cut = chunked_note([*units, *earlier], len(pool.names()))
+        cut = chunked_note([*units, *earlier], len(pool.names()), opts.chunk_seconds)
         discarded = [got.note for got in loaded.values() if got.note]
         for n in [*whole, *cut, *_resumed_note(kept), *discarded]:
             summary.notes.append(n)

@@ -39,6 +39,7 @@ from livefuse.io.codecs import (
     plain_av_error,
 )
 from livefuse.io.folders import missing_folders, remove_empty
+from livefuse.io.niced import open_niced
 from livefuse.io.pipeline import ChainStats, Passthrough, Stage, run_chain
 from livefuse.types import Frame
 
@@ -341,6 +342,8 @@ class _Decoder:
         self.last_pts: int | None = None
         self.gap = (0, 0)  # the longest step between two written frames, and where (ticks)
         self.keep_yuv = False  # set by the encoder when its frames can start from the input's
+        if opened.decoder == "CPU":
+            open_niced(self.vin.codec_context)
 
     def _packets(self) -> Iterator[Any]:
         inp = self.opened.container
@@ -519,6 +522,8 @@ class _Encoder:
         dec.keep_yuv = (self.ow, self.oh) == (self.w, self.h)
         self.vout = vout
         self.frames = 0
+        if not choice.hardware:
+            open_niced(ctx)
 
     def convert(self, item: _Item) -> _Item:
         if not item.write:

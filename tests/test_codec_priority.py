@@ -95,3 +95,29 @@ def test_a_codec_opens_and_the_caller_keeps_its_priority() -> None:
     assert open_niced(ctx) is True and ctx.is_open
     assert open_niced(ctx) is True  # already open: nothing more
     assert _base() == base
+
+
+@linux_only
+def test_a_ctrl_c_during_the_open_waits_for_it_before_going_on() -> None:
+    """The caller closes the container on its way out: FFmpeg must not still be opening a
+    context of it on the helper thread."""
+    import signal
+    import time
+
+    class SlowContext:
+        is_open = False
+        finished_at: float | None = None
+
+        def open(self, strict: bool = True) -> None:
+            time.sleep(0.5)
+            self.is_open = True
+            self.finished_at = time.monotonic()
+
+    ctx = SlowContext()
+    threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            open_niced(ctx)
+        finally:
+            raised_at = time.monotonic()
+    assert ctx.finished_at is not None and ctx.finished_at <= raised_at

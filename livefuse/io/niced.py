@@ -9,7 +9,8 @@ that holds the GIL, or instead of the engine's thread as it wakes, every Python 
 FFmpeg creates a codec's worker threads when the codec opens, and on Linux a new thread starts
 with its creator's nice value. So a context opened from a short-lived thread with a raised nice
 value has all its workers at that value, while every thread of livefuse keeps its own (an
-unprivileged process cannot lower a nice value again, so no lasting thread is ever raised).
+unprivileged process cannot lower a nice value again, so only a thread that ends at once may
+take the raised one).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import os
 import sys
 import threading
 from typing import Any
-
-import av
 
 CODEC_NICE = 10
 """Nice steps added to FFmpeg's codec worker threads in a video job. On the H200, three rounds in
@@ -49,6 +48,7 @@ def open_niced(ctx: Any, nice: int = CODEC_NICE) -> bool:
     if not sys.platform.startswith("linux") or nice <= 0 or ctx.is_open:
         return bool(ctx.is_open)
     done: list[bool] = []
+    finished = threading.Event()
 
     def opener() -> None:
         try:
@@ -57,12 +57,21 @@ def open_niced(ctx: Any, nice: int = CODEC_NICE) -> bool:
                            min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
             ctx.open(strict=False)
             done.append(True)
-        except (OSError, av.error.FFmpegError):
+        except Exception:  # the first use opens it again and says why
             done.append(False)
+        finally:
+            finished.set()
 
-    thread = threading.Thread(target=opener, name="livefuse-codec-open", daemon=True)
-    thread.start()
-    thread.join()
+    threading.Thread(target=opener, name="livefuse-codec-open", daemon=True).start()
+    stopped: BaseException | None = None
+    while not finished.is_set():
+        # not Thread.join: a Ctrl-C inside it can leave the thread reported as ended early
+        try:
+            finished.wait()
+        except BaseException as exc:  # Ctrl-C, SIGTERM's exit: the caller closes the container
+            stopped = exc  # only once FFmpeg has finished opening this context in it
+    if stopped is not None:
+        raise stopped
     return bool(done and done[0])
 
 

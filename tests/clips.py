@@ -28,10 +28,13 @@ def frame_picture(i: int, size: tuple[int, int]) -> np.ndarray:
 def write_clip(path: Path, pts: Sequence[int], time_base: Fraction, rate: Fraction,
                size: tuple[int, int] = (96, 64), gop: int = 12, audio_tracks: int = 1,
                open_gop: bool = False, pictures: Sequence[np.ndarray] | None = None,
-               options: dict[str, str] | None = None) -> Path:
+               options: dict[str, str] | None = None, rotation: float | None = None,
+               tags: Sequence[dict[str, str]] = ()) -> Path:
     """H.264 with B-frames at the given ``pts`` (in ``time_base``), a keyframe at least every
     ``gop`` frames, and ``audio_tracks`` AAC tones covering the video; the frames are
-    ``pictures`` (``size`` px) or :func:`frame_picture`'s; ``options`` go to the muxer."""
+    ``pictures`` (``size`` px) or :func:`frame_picture`'s; ``options`` go to the muxer;
+    ``rotation``: a display matrix turning the picture (degrees counter-clockwise, as a phone's
+    portrait clip has); ``tags``: each stream's tags in order (video first)."""
     if pictures is not None:
         size = (pictures[0].shape[1], pictures[0].shape[0])
     with av.open(str(path), "w", options=options or {}) as out:
@@ -42,6 +45,10 @@ def write_clip(path: Path, pts: Sequence[int], time_base: Fraction, rate: Fracti
             params += ":open-gop=1"
         vs.options = {"crf": "20", "preset": "veryfast", "x264-params": params}
         tracks = [out.add_stream("aac", rate=48000) for _ in range(audio_tracks)]
+        if rotation is not None:
+            vs.set_display_rotation(rotation)
+        for stream, stream_tags in zip([vs, *tracks], tags, strict=False):
+            stream.metadata.update(stream_tags)
         for i, p in enumerate(pts):
             img = pictures[i] if pictures is not None else frame_picture(i, size)
             vf = av.VideoFrame.from_ndarray(img, format="bgr24")

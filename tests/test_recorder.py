@@ -83,7 +83,8 @@ class FakeClock:
 @pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
 def test_a_file_recording_keeps_its_timestamps_rate_and_audio_in_sync(
         tmp_path: Path, suffix: str) -> None:
-    src = ntsc_clip(tmp_path / "in.mp4", frames=90, audio_tracks=1)
+    src = ntsc_clip(tmp_path / "in.mp4", frames=90, audio_tracks=1,
+                    tags=[{}, {"language": "fra"}])
     times = frame_times(src)
     frames = read_frames(src)
     clock = FakeClock(src, times, Fraction(1, 30000), Fraction(30000, 1001))
@@ -102,6 +103,7 @@ def test_a_file_recording_keeps_its_timestamps_rate_and_audio_in_sync(
         vs = c.streams.video[0]
         assert vs.base_rate == Fraction(30000, 1001)  # the file's rate, not the loop's pace
         assert len(c.streams.audio) == 1
+        assert c.streams.audio[0].metadata.get("language") == "fra"  # the track's own tags
     # every audio packet from the first recorded frame on: the file's bytes, moved by t0
     want = [(0, t - t0, data) for _, t, data in audio_packets(src)
             if t0 <= t < times[kept[-1]] + Fraction(1001, 30000)]

@@ -24,6 +24,7 @@ import av
 
 from livefuse.errors import VideoError
 from livefuse.io.codecs import open_video, plain_av_error
+from livefuse.io.streams import copy_stream
 from livefuse.io.video import muxer_options, part_path
 
 
@@ -104,9 +105,9 @@ def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> Joined:
             if not pts:
                 raise VideoError(src, "the chunks hold no video frame")
             decode_times = _decode_times(pts, dts)
-            vout = out.add_stream_from_template(vtemplate)
+            vout = copy_stream(out, vtemplate)
             vout.time_base = tb
-            audio = {a.index: out.add_stream_from_template(a) for a in inp.streams.audio}
+            audio = {a.index: copy_stream(out, a) for a in inp.streams.audio}
 
             def video() -> Iterator[tuple[Fraction, int, int, Any]]:
                 packets = (pkt for _, pkt in _chunk_packets(chunks))

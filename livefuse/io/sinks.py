@@ -23,6 +23,7 @@ import cv2
 import numpy as np
 
 from livefuse.errors import VideoError
+from livefuse.io.streams import copy_stream
 from livefuse.slot import LatestSlot, SlotClosed
 from livefuse.types import Frame
 
@@ -325,8 +326,7 @@ class _AudioCopier:
         self.clock, self.t0 = clock, t0
         self.pass_index = 0
         self._inp = av.open(str(clock.path))
-        self.streams = {a.index: out.add_stream_from_template(a)
-                        for a in self._inp.streams.audio}
+        self.streams = {a.index: copy_stream(out, a) for a in self._inp.streams.audio}
         self._packets = self._demux()
         self._next: Any = None
         self._last_pts: dict[int, int] = {}

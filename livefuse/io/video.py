@@ -41,6 +41,7 @@ from livefuse.io.codecs import (
 from livefuse.io.folders import missing_folders, remove_empty
 from livefuse.io.niced import open_niced
 from livefuse.io.pipeline import ChainStats, Passthrough, Stage, run_chain
+from livefuse.io.streams import copy_stream, copy_tags, display_matrix
 from livefuse.types import Frame
 
 VIDEO_SUFFIXES = frozenset({".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v"})
@@ -503,7 +504,8 @@ class _Encoder:
 
     def __init__(self, out: Any, choice: EncoderChoice, dec: _Decoder, size: tuple[int, int],
                  audio_map: dict[int, Any], src: Path,
-                 on_frame: Callable[[int], None] | None, threads: int = 0) -> None:
+                 on_frame: Callable[[int], None] | None, threads: int = 0,
+                 display: Sequence[int] | None = None) -> None:
         self.out, self.dec, self.audio_map, self.src = out, dec, audio_map, src
         self.on_frame = on_frame
         self.w, self.h = size
@@ -519,6 +521,9 @@ class _Encoder:
         # the output describes its colours as the input did (a 709 recording stays 709)
         ctx.colorspace, ctx.color_range = src_ctx.colorspace, src_ctx.color_range
         ctx.color_primaries, ctx.color_trc = src_ctx.color_primaries, src_ctx.color_trc
+        copy_tags(dec.vin, vout)
+        if display is not None:  # turned on screen as the input is (a phone's portrait clip)
+            vout.set_display_matrix(display)
         dec.keep_yuv = (self.ow, self.oh) == (self.w, self.h)
         self.vout = vout
         self.frames = 0
@@ -696,10 +701,11 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
             dec = _Decoder(opened, s, span, decoder, opts.threads)
             w, h = dec.vin.codec_context.width, dec.vin.codec_context.height
             audio_map: dict[int, Any] = {}
-            enc = _Encoder(out, choice, dec, (w, h), audio_map, s, on_frame, opts.threads)
+            enc = _Encoder(out, choice, dec, (w, h), audio_map, s, on_frame, opts.threads,
+                           display_matrix(s))
             if span is None:  # after the video: players and editors expect it as stream 0
                 for a in inp.streams.audio:
-                    audio_map[a.index] = out.add_stream_from_template(a)
+                    audio_map[a.index] = copy_stream(out, a)
             if (enc.ow, enc.oh) != (w, h):
                 result.notes.append(
                     f"input is {w}x{h}; 4:2:0 video needs even sizes, so the output is "

@@ -1,0 +1,75 @@
+"""An output keeps what players read from its input's streams besides the packets: the display
+matrix (a phone's portrait clip plays upright) and each track's language and name, through
+`run`, a chunked `batch` job and its join (livefuse/io/streams.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from clips import audio_packets, frame_times, ntsc_clip
+
+from livefuse.batch.join import join_chunks
+from livefuse.batch.plan import chunk_spans, key_index
+from livefuse.io.streams import display_matrix
+from livefuse.io.video import VideoOptions, transcode
+
+TAGS = [{"language": "jpn", "title": "Kamera"},  # MOV reads "deu" as none (it knows "ger")
+        {"language": "eng", "title": "English"},
+        {"language": "fra", "title": "Commentary"}]
+
+
+def _same(frame: np.ndarray, index: int) -> np.ndarray:
+    return frame
+
+
+def _seen(path: Path) -> tuple[int, list[dict[str, str]]]:
+    """The first frame's rotation and each stream's language and title (MP4 stores a title as
+    its ``name``)."""
+    with av.open(str(path)) as c:
+        tags = [{"language": s.metadata.get("language", ""),
+                 "title": s.metadata.get("title", s.metadata.get("name", ""))}
+                for s in c.streams]
+        rotation = next(iter(c.decode(video=0))).rotation
+    return rotation, tags
+
+
+@pytest.fixture
+def phone_clip(tmp_path: Path) -> Path:
+    return ntsc_clip(tmp_path / "in.mkv", frames=60, audio_tracks=2, rotation=-90, tags=TAGS)
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4", ".mov"])
+@pytest.mark.parametrize("pipelined", [False, True], ids=["serial", "pipelined"])
+def test_run_keeps_the_rotation_and_the_track_tags(tmp_path: Path, phone_clip: Path,
+                                                   suffix: str, pipelined: bool) -> None:
+    assert _seen(phone_clip) == (-90, TAGS)
+    out = tmp_path / f"out{suffix}"
+    transcode(phone_clip, out, _same, options=VideoOptions(pipelined=pipelined))
+    assert _seen(out) == (-90, TAGS)
+    assert audio_packets(out) == audio_packets(phone_clip)
+
+
+def test_a_chunked_job_and_its_join_keep_them(tmp_path: Path, phone_clip: Path) -> None:
+    index = key_index(phone_clip)
+    assert index is not None
+    parts = []
+    for k, span in enumerate(chunk_spans(index, 0.6)):
+        parts.append(tmp_path / f"chunk-{k}.mp4")
+        transcode(phone_clip, parts[-1], _same, span=span)
+    assert len(parts) >= 2
+    out = tmp_path / "out.mkv"
+    join_chunks(phone_clip, parts, out)
+    assert _seen(out) == (-90, TAGS)
+    assert frame_times(out) == frame_times(phone_clip)
+
+
+def test_an_upright_clip_gets_no_matrix(tmp_path: Path) -> None:
+    plain = ntsc_clip(tmp_path / "plain.mp4", frames=6, audio_tracks=0)
+    assert display_matrix(plain) is None
+    turned = ntsc_clip(tmp_path / "turned.mp4", frames=6, audio_tracks=0, rotation=90)
+    matrix = display_matrix(turned)
+    assert matrix is not None and len(matrix) == 9
+    assert display_matrix(tmp_path / "missing.mp4") is None  # the job's own open says why

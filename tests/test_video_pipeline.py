@@ -363,7 +363,26 @@ def test_libx265_writes_hevc(tmp_path: Path) -> None:
     result = transcode(src, out, lambda f, i: f, options=VideoOptions(encoder="libx265"))
     with av.open(str(out)) as c:
         assert c.streams.video[0].codec_context.name == "hevc"
+        assert c.streams.video[0].codec_context.codec_tag == "hvc1"  # Apple's players need it
     assert frame_times(out) == frame_times(src) and result.encoder.startswith("libx265")
+
+
+def test_a_10_bit_input_is_said_to_become_8_bit(tmp_path: Path) -> None:
+    src = tmp_path / "ten.mkv"
+    with av.open(str(src), "w") as out:
+        vs = out.add_stream("libx264", rate=30)
+        vs.width, vs.height, vs.pix_fmt = 64, 48, "yuv420p10le"
+        for i in range(4):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 40 * i, np.uint8), "rgb24")
+            for pkt in vs.encode(frame.reformat(format="yuv420p10le")):
+                out.mux(pkt)
+        for pkt in vs.encode(None):
+            out.mux(pkt)
+    result = transcode(src, tmp_path / "o.mkv", lambda f, i: f)
+    assert any("10-bit" in n and "8-bit" in n for n in result.notes), result.notes
+    plain = transcode(ntsc_clip(tmp_path / "in.mp4", frames=4), tmp_path / "p.mp4",
+                      lambda f, i: f)
+    assert not any("bit" in n for n in plain.notes)
 
 
 def test_nvdec_falls_back_to_the_cpu_and_says_why(tmp_path: Path) -> None:

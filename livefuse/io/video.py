@@ -498,6 +498,9 @@ class _NvdecRefused(Exception):
     """NVDEC opened but refused the stream's first packet (an unsupported profile)."""
 
 
+_HEVC_ENCODERS = frozenset({"libx265", "hevc_nvenc"})
+
+
 class _Encoder:
     """The chain's convert stage and sink: pads, converts to the encoder's pixel format, encodes
     and muxes, copying audio packets as they come."""
@@ -522,6 +525,10 @@ class _Encoder:
         ctx.colorspace, ctx.color_range = src_ctx.colorspace, src_ctx.color_range
         ctx.color_primaries, ctx.color_trc = src_ctx.color_primaries, src_ctx.color_trc
         copy_tags(dec.vin, vout)
+        if ctx.name in _HEVC_ENCODERS and out.format.name in ("mp4", "mov"):
+            # FFmpeg's default 'hev1' keeps the parameter sets in the stream; Apple's players
+            # (QuickTime, Safari, iOS) play an HEVC MP4/MOV only when it is tagged 'hvc1'
+            ctx.codec_tag = "hvc1"
         if display is not None:  # turned on screen as the input is (a phone's portrait clip)
             vout.set_display_matrix(display)
         dec.keep_yuv = (self.ow, self.oh) == (self.w, self.h)
@@ -706,6 +713,10 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
             if span is None:  # after the video: players and editors expect it as stream 0
                 for a in inp.streams.audio:
                     audio_map[a.index] = copy_stream(out, a)
+            depth = _bit_depth(dec.vin.codec_context.format)
+            if depth > 8:
+                result.notes.append(f"input is {depth}-bit video; the output is 8-bit (the "
+                                    "engine works on 8-bit pictures)")
             if (enc.ow, enc.oh) != (w, h):
                 result.notes.append(
                     f"input is {w}x{h}; 4:2:0 video needs even sizes, so the output is "
@@ -797,6 +808,13 @@ def _output(tmp: Path, options: dict[str, str], src: Path, dst: Path,
     except av.error.FFmpegError as exc:
         raise VideoError(src, f"writing '{dst.name}' failed: {plain_av_error(exc)}{hint}") \
             from exc
+
+
+def _bit_depth(fmt: Any) -> int:
+    """Bits per sample of a PyAV video format (8 when unknown)."""
+    if fmt is None:
+        return 8
+    return max((int(c.bits) for c in fmt.components), default=8)
 
 
 def _set(item: _Item, value: Any) -> _Item:

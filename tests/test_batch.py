@@ -944,3 +944,22 @@ def test_a_note_on_an_items_content_reaches_the_summary(tmp_path: Path) -> None:
         assert padded == [f"'{tmp_path / 'in' / 'odd.mp4'}': input is 97x65; 4:2:0 video needs "
                           "even sizes, so the output is 98x66 (one edge pixel row/column "
                           "repeated)"], summary.notes
+
+
+def test_the_chunk_note_never_says_about_0_s() -> None:
+    from dataclasses import dataclass
+
+    from livefuse.batch.runner import chunked_note
+
+    @dataclass(frozen=True)
+    class Item:
+        seconds: float
+
+    @dataclass(frozen=True)
+    class Unit:
+        item: Item
+        chunks: int
+
+    short, long = [Unit(Item(1.2), 3)], [Unit(Item(12.0), 3)]
+    assert "3 chunks of about 0.4 s," in chunked_note(short, 1)[0]  # type: ignore[arg-type]
+    assert "3 chunks of about 4 s," in chunked_note(long, 1)[0]  # type: ignore[arg-type]

@@ -287,7 +287,8 @@ def chunked_note(units: Sequence[Unit], workers: int, asked: float | None = None
     # a new user's --chunk-seconds 2 gave "chunks of about 8 s" with no word on why
     why = (f" (not the {asked:g} s asked: a cut goes only where the input has a keyframe, "
            "and its keyframes lie further apart)" if asked and seconds > 1.5 * asked else "")
-    return [f"{videos} cut at keyframes into {chunks} chunks of about {seconds:.0f} s{why}, "
+    length = f"{seconds:.0f}" if seconds >= 2 else f"{seconds:.1g}"  # not "about 0 s"
+    return [f"{videos} cut at keyframes into {chunks} chunks of about {length} s{why}, "
             f"processed {how} and joined (every frame, timestamp and audio packet of the input "
             "kept)"]
 

@@ -14,7 +14,7 @@ from clips import audio_packets, frame_times, ntsc_clip
 from livefuse.batch.join import join_chunks
 from livefuse.batch.plan import chunk_spans, key_index
 from livefuse.io.streams import display_matrix
-from livefuse.io.video import VideoOptions, transcode
+from livefuse.io.video import VideoOptions, read_frames, transcode
 
 TAGS = [{"language": "jpn", "title": "Kamera"},  # MOV reads "deu" as none (it knows "ger")
         {"language": "eng", "title": "English"},
@@ -73,3 +73,26 @@ def test_an_upright_clip_gets_no_matrix(tmp_path: Path) -> None:
     matrix = display_matrix(turned)
     assert matrix is not None and len(matrix) == 9
     assert display_matrix(tmp_path / "missing.mp4") is None  # the job's own open says why
+
+
+def test_the_live_file_source_turns_a_phone_clip_upright(tmp_path: Path) -> None:
+    """`live --video FILE`: the preview, the virtual camera and a recording show the clip as a
+    player does (a 96x64 picture turned a quarter clockwise comes out 64 wide, 96 high)."""
+    from livefuse.io.sources import VideoFileSource
+
+    raw = read_frames(ntsc_clip(tmp_path / "raw.mp4", frames=4, audio_tracks=0))
+    phone = ntsc_clip(tmp_path / "phone.mp4", frames=4, audio_tracks=0, rotation=-90)
+    src = VideoFileSource(phone)
+    info = src.open()
+    try:
+        assert (info.width, info.height) == (64, 96)
+        first = src.read()
+        assert first is not None and first.shape == (96, 64, 3)
+        turned = np.rot90(raw[0], 3)  # a quarter turn clockwise
+        assert np.abs(first.astype(int) - turned).mean() < 1.0
+    finally:
+        src.close()
+    plain = VideoFileSource(tmp_path / "raw.mp4")
+    info = plain.open()
+    assert (info.width, info.height) == (96, 64)
+    plain.close()

@@ -226,8 +226,10 @@ class VideoFileSource:
         self._declared = 0
         self._duration: Fraction | None = None
         self._decoded = 0  # frames of this pass
+        self._turns = 0  # quarter turns that show the pictures upright (a phone's portrait clip)
 
     def open(self) -> SourceInfo:
+        from livefuse.io.streams import quarter_turns
         from livefuse.io.video import probe
 
         info = probe(self.path)  # raises VideoError with the file's name
@@ -235,10 +237,12 @@ class VideoFileSource:
             raise VideoError(self.path, "no picture size: it is not a video, or it is damaged")
         self._rate = info.rate or Fraction(30)
         self._declared, self._duration = info.frames or 0, info.duration
+        self._turns = quarter_turns(self.path)
         self._start_pass()
         with self._lock:
             self._closed_at = None
-        return SourceInfo(info.width, info.height, float(self._rate), f"video {self.path.name}")
+        w, h = (info.height, info.width) if self._turns % 2 else (info.width, info.height)
+        return SourceInfo(w, h, float(self._rate), f"video {self.path.name}")
 
     def _start_pass(self) -> None:
         import av
@@ -256,8 +260,9 @@ class VideoFileSource:
             self._passes.append(start)
 
     def read(self, out: Frame | None = None) -> Frame | None:
-        """The next frame ``(H, W, 3) uint8 BGR`` (PyAV returns its own array: ``out`` is not
-        used).
+        """The next frame ``(H, W, 3) uint8 BGR``, turned upright as the file's display matrix
+        asks (then ``H`` and ``W`` are the stored picture's width and height); PyAV returns its
+        own array: ``out`` is not used.
 
         Raises:
             EndOfStream: the file ended (not looping); with a message when it ended before the
@@ -285,7 +290,9 @@ class VideoFileSource:
                               f"video '{self.path}': input damaged: {plain_av_error(exc)}"
                               ) from None
         self._decoded += 1
-        img = np.ascontiguousarray(frame.to_ndarray(format="bgr24"))
+        img = frame.to_ndarray(format="bgr24")
+        # the preview, the virtual camera and a recording show it as a player would: upright
+        img = np.ascontiguousarray(np.rot90(img, self._turns) if self._turns else img)
         if frame.pts is not None:
             if self._first_pts is None:
                 self._first_pts = frame.pts

@@ -59,4 +59,17 @@ def display_matrix(path: Path) -> tuple[int, ...] | None:
     return None
 
 
-__all__ = ["KEPT_TAGS", "copy_stream", "copy_tags", "display_matrix"]
+def quarter_turns(path: Path) -> int:
+    """How many quarter turns counter-clockwise (0-3, for ``numpy.rot90``) show ``path``'s
+    pictures upright, from the rotation of its first decoded frame's display matrix (a mirror in
+    the matrix is not applied); 0 when there is none or nothing decodes."""
+    try:
+        with av.open(str(path)) as container:
+            for frame in container.decode(video=0):
+                return round(frame.rotation / 90) % 4
+    except (av.error.FFmpegError, OSError, ValueError):
+        return 0
+    return 0
+
+
+__all__ = ["KEPT_TAGS", "copy_stream", "copy_tags", "display_matrix", "quarter_turns"]

@@ -241,7 +241,9 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
     notes = list(result.notes)
     summary.input_notes = tuple(result.notes)
     if span is None:
-        notes.append(f"{result.audio_streams_copied} audio stream(s) copied; "
+        n = result.audio_streams_copied
+        copied = "no audio stream" if n == 0 else f"{n} audio stream{'s' if n > 1 else ''} copied"
+        notes.append(f"{copied}; "
                      f"{rate_text(result.rate, result.measured_rate)}; every frame keeps its "
                      "timestamp")
     notes.append(f"video: encode {result.encoder}; {result.decoder}")

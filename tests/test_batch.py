@@ -696,10 +696,11 @@ def test_a_worker_line_counts_its_units_in_words() -> None:
     from livefuse.batch.worker import WorkerInfo, WorkerStats
 
     def line(units: int) -> str:
-        stats = WorkerStats(WorkerInfo("w0", 1, "host", (), None, "local"), units=units)
+        stats = WorkerStats(WorkerInfo("w0", 1, "host", (), None, "local"), units=units,
+                            frames=units)
         return next(ln for ln in BatchSummary(workers=[stats]).lines() if ln.startswith("  w0"))
 
-    assert ": 1 unit, " in line(1) and ": 2 units, " in line(2)
+    assert ": 1 unit, 1 frame, " in line(1) and ": 2 units, 2 frames, " in line(2)
 
 
 def test_a_damaged_source_photo_is_the_only_line_before_any_engine(

@@ -499,3 +499,15 @@ def test_crf_sets_the_output_quality_of_run_and_batch(
     assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(astronaut_path), "-o",
                  str(tmp_path / "o.png"), "--crf", "18"]) == 2
     assert "--crf 18: only for a video target" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("tracks", "said"), [(0, "no audio stream;"),
+                                              (1, "1 audio stream copied;"),
+                                              (2, "2 audio streams copied;")])
+def test_the_summary_counts_audio_streams_in_words(tmp_path: Path, tracks: int,
+                                                   said: str) -> None:
+    """A new user's trial read "0 audio stream(s) copied"."""
+    src = ntsc_clip(tmp_path / "in.mp4", frames=6, audio_tracks=tracks)
+    summary = run_video(MarkingEngine(), src, tmp_path / "o.mp4",  # type: ignore[arg-type]
+                        progress=False)
+    assert any(n.startswith(said) for n in summary.notes), summary.notes

@@ -149,7 +149,8 @@ class BatchSummary:
             out.append(f"  {i.name}: pid {i.pid} on {i.host}, {w.device}, GPU {gpu}, "
                        f"CUDA_VISIBLE_DEVICES={i.cuda_visible_devices or '-'}: {w.units} unit"
                        f"{'s' if w.units != 1 else ''}, "
-                       f"{w.frames} frames, busy {w.busy_s:.1f} s, peak VRAM {vram}"
+                       f"{w.frames} frame{'s' if w.frames != 1 else ''}, busy {w.busy_s:.1f} s, "
+                       f"peak VRAM {vram}"
                        + (f", busiest stage {w.busiest()}" if w.stage_s else ""))
         out += [f"note: {n}" for n in self.notes]
         for r in self.incomplete:

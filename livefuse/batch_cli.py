@@ -7,7 +7,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from livefuse.cli_args import (
     HelpFormatter,
@@ -16,10 +16,14 @@ from livefuse.cli_args import (
     add_video_args,
     at_least,
     choose_engine,
+    video_only_options,
     video_options,
 )
 from livefuse.errors import EXIT_FAILED, LivefuseError
 from livefuse.extras import install_hint
+
+if TYPE_CHECKING:
+    from livefuse.batch.plan import Plan
 
 
 def _share(text: str) -> float:
@@ -148,6 +152,26 @@ def summary_text(lines: list[str], said: set[str]) -> str:
     return "\n".join(lines)
 
 
+def _refuse_video_options_without_video(args: argparse.Namespace, plan: Plan) -> None:
+    """A batch with no video among its inputs (those to do and those already done) refuses the
+    options that act only on videos, as `run` does for an image: they would be accepted and do
+    nothing.
+
+    Raises:
+        ConfigError: such an option was given and no input is a video.
+    """
+    from livefuse.errors import ConfigError
+
+    items = [*plan.items, *plan.skipped]
+    if not items or any(i.kind == "video" for i in items):
+        return
+    given = video_only_options(args, args.chunk_seconds)
+    if given:
+        count = "the 1 input is an image" if len(items) == 1 else \
+            f"all {len(items)} inputs are images"
+        raise ConfigError(f"{', '.join(given)}: only for videos; {count}")
+
+
 def run_batch_cli(args: argparse.Namespace) -> int:
     """Run ``livefuse batch``; the exit status is 0, :data:`EXIT_FAILED` when any item failed,
     or :data:`livefuse.errors.EXIT_INCOMPLETE` when none failed but an input ended early.
@@ -186,6 +210,7 @@ def run_batch_cli(args: argparse.Namespace) -> int:
             raise problem
     plan = plan_items(args.inputs, args.output_dir, args.recursive, args.overwrite,
                       other_inputs={"source": args.source, "reference": args.reference})
+    _refuse_video_options_without_video(args, plan)
     opts = BatchOptions(tuple(args.inputs), args.output_dir, args.recursive, args.overwrite,
                         args.workers, args.gpus_per_worker, args.cpus_per_worker, args.address,
                         args.chunk_seconds, video, args.executor)

@@ -68,28 +68,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _refuse_video_options_on_image(args: argparse.Namespace) -> None:
-    """Options that act across frames (``--video-encoder``, ``--video-decoder``,
-    ``--detect-every``, ``--no-smooth``) given for a still image would be accepted and do
-    nothing; they are refused instead.
+    """Options that act across frames given for a still image would be accepted and do
+    nothing; they are refused instead (:func:`livefuse.cli_args.video_only_options`).
 
     Raises:
         ConfigError: such an option was set and the target is not a video file.
     """
-    from livefuse.config import EngineConfig
+    from livefuse.cli_args import video_only_options
     from livefuse.errors import ConfigError
     from livefuse.io.video import is_video_path
 
     if is_video_path(args.target):
         return
-    given = [f"--{name.replace('_', '-')} {value}"
-             for name, value in (("video_encoder", args.video_encoder),
-                                 ("video_decoder", args.video_decoder)) if value != "auto"]
-    if args.detect_every != EngineConfig().detect_every:
-        given.append(f"--detect-every {args.detect_every}")
-    if not args.smooth:
-        given.append("--no-smooth")
-    if args.crf is not None:
-        given.append(f"--crf {args.crf}")
+    given = video_only_options(args)
     if given:
         raise ConfigError(f"{', '.join(given)}: only for a video target; '{args.target}' is "
                           "an image")

@@ -336,6 +336,30 @@ def add_video_args(p: argparse.ArgumentParser) -> None:
                         f"(default: {DEFAULT_CRF}, visually lossless)")
 
 
+def video_only_options(args: argparse.Namespace, chunk_seconds: float | None = None
+                       ) -> list[str]:
+    """The options given that act only on videos, as typed (``--crf 20``): the encoder, the
+    decoder, the quality, and the ones that act across frames (``--detect-every``,
+    ``--no-smooth``; `batch` passes its ``--chunk-seconds``). For a still image (one ``run``
+    target, or a ``batch`` of images only) each would be accepted and do nothing, so callers
+    refuse them. Defaults are not "given": ``--crf`` and ``--chunk-seconds`` default to
+    ``None``."""
+    from livefuse.config import EngineConfig
+
+    given = [f"--{name.replace('_', '-')} {value}"
+             for name, value in (("video_encoder", args.video_encoder),
+                                 ("video_decoder", args.video_decoder)) if value != "auto"]
+    if args.detect_every != EngineConfig().detect_every:
+        given.append(f"--detect-every {args.detect_every}")
+    if not args.smooth:
+        given.append("--no-smooth")
+    if args.crf is not None:
+        given.append(f"--crf {args.crf}")
+    if chunk_seconds is not None:
+        given.append(f"--chunk-seconds {chunk_seconds:g}")
+    return given
+
+
 def video_options(args: argparse.Namespace) -> VideoOptions:
     """The :class:`~livefuse.io.video.VideoOptions` for parsed :func:`add_video_args` options;
     a named encoder that does not open here is refused now, before any model is loaded.

@@ -964,3 +964,42 @@ def test_the_chunk_note_never_says_about_0_s() -> None:
     short, long = [Unit(Item(1.2), 3)], [Unit(Item(12.0), 3)]
     assert "3 chunks of about 0.4 s," in chunked_note(short, 1)[0]  # type: ignore[arg-type]
     assert "3 chunks of about 4 s," in chunked_note(long, 1)[0]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("option", [["--crf", "20"], ["--video-encoder", "libx264"],
+                                    ["--detect-every", "2"], ["--no-smooth"],
+                                    ["--chunk-seconds", "5"]])
+def test_video_options_for_a_batch_of_images_only_are_refused(
+        tmp_path: Path, t1_path: Path, astronaut_path: Path, option: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--crf` was accepted and did nothing for images, where `run` refuses it for an image."""
+    from livefuse.cli import main
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(t1_path, folder / "a.jpg")
+    shutil.copy(t1_path, folder / "b.jpg")
+    out = tmp_path / "o"
+    assert main(["batch", str(folder), "-o", str(out), "-s", str(astronaut_path), "-q",
+                 "--executor", "local", *option]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("livefuse:")]
+    assert err == [f"livefuse: error: {' '.join(option)}: only for videos; all 2 inputs are "
+                   "images"]
+    assert not out.exists()
+
+
+def test_video_options_pass_when_a_video_is_among_the_inputs_done_or_not(tmp_path: Path) -> None:
+    import argparse
+
+    from livefuse.batch.plan import Plan
+    from livefuse.batch_cli import _refuse_video_options_without_video
+
+    args = argparse.Namespace(video_encoder="auto", video_decoder="auto", detect_every=1,
+                              smooth=True, crf=20, chunk_seconds=None)
+    image = Item(tmp_path / "a.jpg", tmp_path / "o" / "a.jpg", "image", 1, 0.0)
+    video = Item(tmp_path / "b.mp4", tmp_path / "o" / "b.mp4", "video", 60, 2.0)
+    _refuse_video_options_without_video(args, Plan(items=[image], skipped=[video]))
+    _refuse_video_options_without_video(args, Plan(items=[video, image]))
+    _refuse_video_options_without_video(args, Plan())  # nothing to do: said elsewhere
+    with pytest.raises(LivefuseError, match="--crf 20: only for videos; the 1 input is an"):
+        _refuse_video_options_without_video(args, Plan(items=[image]))

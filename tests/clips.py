@@ -29,12 +29,14 @@ def write_clip(path: Path, pts: Sequence[int], time_base: Fraction, rate: Fracti
                size: tuple[int, int] = (96, 64), gop: int = 12, audio_tracks: int = 1,
                open_gop: bool = False, pictures: Sequence[np.ndarray] | None = None,
                options: dict[str, str] | None = None, rotation: float | None = None,
-               tags: Sequence[dict[str, str]] = ()) -> Path:
+               tags: Sequence[dict[str, str]] = (),
+               matrix: Sequence[int] | None = None) -> Path:
     """H.264 with B-frames at the given ``pts`` (in ``time_base``), a keyframe at least every
     ``gop`` frames, and ``audio_tracks`` AAC tones covering the video; the frames are
     ``pictures`` (``size`` px) or :func:`frame_picture`'s; ``options`` go to the muxer;
     ``rotation``: a display matrix turning the picture (degrees counter-clockwise, as a phone's
-    portrait clip has); ``tags``: each stream's tags in order (video first)."""
+    portrait clip has) or ``matrix``: a whole display matrix (nine ints, FFmpeg's layout, a
+    mirror too); ``tags``: each stream's tags in order (video first)."""
     if pictures is not None:
         size = (pictures[0].shape[1], pictures[0].shape[0])
     with av.open(str(path), "w", options=options or {}) as out:
@@ -47,6 +49,8 @@ def write_clip(path: Path, pts: Sequence[int], time_base: Fraction, rate: Fracti
         tracks = [out.add_stream("aac", rate=48000) for _ in range(audio_tracks)]
         if rotation is not None:
             vs.set_display_rotation(rotation)
+        if matrix is not None:
+            vs.set_display_matrix(list(matrix))
         for stream, stream_tags in zip([vs, *tracks], tags, strict=False):
             stream.metadata.update(stream_tags)
         for i, p in enumerate(pts):

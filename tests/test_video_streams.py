@@ -96,3 +96,52 @@ def test_the_live_file_source_turns_a_phone_clip_upright(tmp_path: Path) -> None
     info = plain.open()
     assert (info.width, info.height) == (96, 64)
     plain.close()
+
+
+# (a, b, c, d) of a display matrix: a stored pixel (x, y) is shown at (a x + c y, b x + d y)
+_DIHEDRAL = [(1, 0, 0, 1), (0, 1, -1, 0), (-1, 0, 0, -1), (0, -1, 1, 0),
+             (-1, 0, 0, 1), (1, 0, 0, -1), (0, 1, 1, 0), (0, -1, -1, 0)]
+
+
+def _matrix(a: int, b: int, c: int, d: int) -> tuple[int, ...]:
+    return (a << 16, b << 16, 0, c << 16, d << 16, 0, 0, 0, 1 << 30)
+
+
+def _shown(img: np.ndarray, a: int, b: int, c: int, d: int) -> np.ndarray:
+    """``img`` as the matrix says to show it, pixel by pixel."""
+    h, w = img.shape[:2]
+    ys, xs = np.mgrid[0:h, 0:w]
+    sx, sy = a * xs + c * ys, b * xs + d * ys
+    sx, sy = sx - sx.min(), sy - sy.min()
+    out = np.zeros((sy.max() + 1, sx.max() + 1, *img.shape[2:]), img.dtype)
+    out[sy, sx] = img[ys, xs]
+    return out
+
+
+@pytest.mark.parametrize("abcd", _DIHEDRAL)
+def test_every_quarter_turn_and_mirror_of_a_display_matrix_is_shown_as_it_says(
+        abcd: tuple[int, int, int, int]) -> None:
+    from livefuse.io.streams import upright_for
+
+    img = np.arange(2 * 3 * 1, dtype=np.uint8).reshape(2, 3, 1)
+    got = upright_for(_matrix(*abcd)).apply(img)
+    np.testing.assert_array_equal(got, _shown(img, *abcd))
+
+
+def test_the_live_file_source_shows_a_mirrored_clip_as_a_player_does(tmp_path: Path) -> None:
+    """A selfie camera's clip can carry a mirror in its matrix; only the rotation was applied."""
+    from livefuse.io.sources import VideoFileSource
+
+    raw = read_frames(ntsc_clip(tmp_path / "raw.mp4", frames=3, audio_tracks=0))
+    for abcd in [(-1, 0, 0, 1), (0, 1, 1, 0)]:  # a mirror; a mirror and a quarter turn
+        clip = ntsc_clip(tmp_path / "m.mp4", frames=3, audio_tracks=0, matrix=_matrix(*abcd))
+        src = VideoFileSource(clip)
+        info = src.open()
+        try:
+            first = src.read()
+            want = _shown(raw[0], *abcd)
+            assert first is not None and first.shape == want.shape
+            assert (info.width, info.height) == (want.shape[1], want.shape[0])
+            assert np.abs(first.astype(int) - want).mean() < 1.0
+        finally:
+            src.close()

@@ -21,13 +21,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import cv2
 import numpy as np
 
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.types import Frame
+
+if TYPE_CHECKING:
+    from livefuse.io.streams import Upright
 
 LOST_AFTER_S = 2.0  # the issue's bound for noticing a dead camera
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0)  # reopen delays; the last repeats
@@ -226,10 +229,11 @@ class VideoFileSource:
         self._declared = 0
         self._duration: Fraction | None = None
         self._decoded = 0  # frames of this pass
-        self._turns = 0  # quarter turns that show the pictures upright (a phone's portrait clip)
+        # shows the pictures as a player does (a phone's portrait clip); read on open
+        self._upright: Upright | None = None
 
     def open(self) -> SourceInfo:
-        from livefuse.io.streams import quarter_turns
+        from livefuse.io.streams import upright
         from livefuse.io.video import probe
 
         info = probe(self.path)  # raises VideoError with the file's name
@@ -237,11 +241,11 @@ class VideoFileSource:
             raise VideoError(self.path, "no picture size: it is not a video, or it is damaged")
         self._rate = info.rate or Fraction(30)
         self._declared, self._duration = info.frames or 0, info.duration
-        self._turns = quarter_turns(self.path)
+        self._upright = upright(self.path)
         self._start_pass()
         with self._lock:
             self._closed_at = None
-        w, h = (info.height, info.width) if self._turns % 2 else (info.width, info.height)
+        w, h = (info.height, info.width) if self._upright.swaps_size else (info.width, info.height)
         return SourceInfo(w, h, float(self._rate), f"video {self.path.name}")
 
     def _start_pass(self) -> None:
@@ -260,8 +264,9 @@ class VideoFileSource:
             self._passes.append(start)
 
     def read(self, out: Frame | None = None) -> Frame | None:
-        """The next frame ``(H, W, 3) uint8 BGR``, turned upright as the file's display matrix
-        asks (then ``H`` and ``W`` are the stored picture's width and height); PyAV returns its
+        """The next frame ``(H, W, 3) uint8 BGR``, turned upright and mirrored as the file's
+        display matrix asks (:class:`~livefuse.io.streams.Upright`; after a quarter turn ``H``
+        and ``W`` are the stored picture's width and height); PyAV returns its
         own array: ``out`` is not used.
 
         Raises:
@@ -292,7 +297,8 @@ class VideoFileSource:
         self._decoded += 1
         img = frame.to_ndarray(format="bgr24")
         # the preview, the virtual camera and a recording show it as a player would: upright
-        img = np.ascontiguousarray(np.rot90(img, self._turns) if self._turns else img)
+        if self._upright is not None:
+            img = np.ascontiguousarray(self._upright.apply(img))
         if frame.pts is not None:
             if self._first_pts is None:
                 self._first_pts = frame.pts

@@ -8,11 +8,14 @@ PyAV's template copy leaves its tags behind, so a second language track became a
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import av
 import numpy as np
+import numpy.typing as npt
 
 KEPT_TAGS = ("language", "title", "handler_name")
 """Stream tags an output takes from its input: the track's language (ISO 639-2), its name, and
@@ -59,17 +62,67 @@ def display_matrix(path: Path) -> tuple[int, ...] | None:
     return None
 
 
-def quarter_turns(path: Path) -> int:
-    """How many quarter turns counter-clockwise (0-3, for ``numpy.rot90``) show ``path``'s
-    pictures upright, from the rotation of its first decoded frame's display matrix (a mirror in
-    the matrix is not applied); 0 when there is none or nothing decodes."""
-    try:
-        with av.open(str(path)) as container:
-            for frame in container.decode(video=0):
-                return round(frame.rotation / 90) % 4
-    except (av.error.FFmpegError, OSError, ValueError):
-        return 0
-    return 0
+@dataclass(frozen=True)
+class Upright:
+    """How to show a stored picture as a player does: ``turns`` quarter turns counter-clockwise
+    (``numpy.rot90``), then its rows and/or columns reversed (a mirrored display matrix).
+
+    Attributes:
+        turns: 0-3.
+        flip_rows: upside down after the turns (FFmpeg's ``vflip``).
+        flip_cols: left-right after the turns (``hflip``).
+    """
+
+    turns: int = 0
+    flip_rows: bool = False
+    flip_cols: bool = False
+
+    @property
+    def swaps_size(self) -> bool:
+        """Whether the shown picture's width is the stored picture's height."""
+        return self.turns % 2 == 1
+
+    def apply(self, img: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+        """``img`` ``(H, W, C) uint8`` as shown: ``(W, H, C)`` when :attr:`swaps_size`; a view
+        (no copy) of it."""
+        if self.turns:
+            img = np.rot90(img, self.turns)
+        if self.flip_rows:
+            img = img[::-1]
+        if self.flip_cols:
+            img = img[:, ::-1]
+        return img
 
 
-__all__ = ["KEPT_TAGS", "copy_stream", "copy_tags", "display_matrix", "quarter_turns"]
+def upright_for(matrix: tuple[int, ...] | None) -> Upright:
+    """The :class:`Upright` of a display matrix (nine ``int32``, FFmpeg's layout), as FFmpeg's
+    own command line turns and mirrors a picture it decodes (``fftools/ffmpeg_filter.c``: a
+    quarter-turn rotation through ``transpose``, mirrors through ``hflip``/``vflip``, chosen by
+    the signs of the matrix's entries). An angle that is no multiple of 90 degrees is rounded
+    to the nearest quarter turn (FFmpeg rotates by it, filling the corners)."""
+    if matrix is None:
+        return Upright()
+    a, b, c, d = (float(v) / 65536.0 for v in (matrix[0], matrix[1], matrix[3], matrix[4]))
+    sa, sb = math.hypot(a, c), math.hypot(b, d)
+    if sa == 0.0 or sb == 0.0:  # not a picture's transform: shown as stored
+        return Upright()
+    # av_display_rotation_get gives the counter-clockwise angle; theta is clockwise, in [0, 360)
+    theta = round(math.degrees(math.atan2(b / sb, a / sa))) % 360
+    quarter = round(theta / 90) % 4
+    if quarter == 1:  # "transpose=cclock_flip" (a transpose) or "clock"
+        return Upright(1, flip_rows=True) if matrix[3] > 0 else Upright(3)
+    if quarter == 2:
+        return Upright(0, flip_rows=matrix[4] < 0, flip_cols=matrix[0] < 0)
+    if quarter == 3:  # "transpose=clock_flip" or "cclock"
+        return Upright(3, flip_rows=True) if matrix[3] < 0 else Upright(1)
+    return Upright(0, flip_rows=matrix[4] < 0)
+
+
+def upright(path: Path) -> Upright:
+    """How to show ``path``'s pictures as a player does (:func:`upright_for` of its first
+    decoded frame's display matrix); as stored when there is none or nothing decodes."""
+    return upright_for(display_matrix(path))
+
+
+__all__ = ["KEPT_TAGS", "Upright", "copy_stream", "copy_tags", "display_matrix", "upright",
+           "upright_for"]

@@ -34,6 +34,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from livefuse.imaging import load_image
     from livefuse.run import check_run_paths, check_target_opens, run
 
+    # what stands at the output path now: after an interrupt, another file there is this
+    # run's output, complete (it lands by one rename), and the message says so
+    args.output_before = _file_stamp(args.output)
     # before the engine and the source: a wrong output path costs no model load or detection
     check_run_paths(args.target, args.output, {"source": args.source,
                                                "reference": args.reference})
@@ -65,6 +68,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_INCOMPLETE
     return 0
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """``(device, inode, mtime_ns)`` of the file at ``path``, ``None`` when there is none."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
+def _interrupted_run_note(args: argparse.Namespace) -> str:
+    """What an interrupted ``run`` left: its output when the interrupt came after the output's
+    rename (a Ctrl-C in the last milliseconds), else nothing partial."""
+    before = args.output_before
+    if before is not False:
+        now = _file_stamp(args.output)
+        if now is not None and now != before:
+            return f" after '{args.output}' was written in full"
+    return "; no partial output was kept"
 
 
 def _refuse_video_options_on_image(args: argparse.Namespace) -> None:
@@ -193,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_args(p)
     add_source_args(p)
     add_video_args(p)
-    p.set_defaults(func=_cmd_run)
+    # output_before: _cmd_run's first step sets it (False: not yet looked at)
+    p.set_defaults(func=_cmd_run, output_before=False)
 
     p = sub.add_parser(
         "demo", help="offline demo on photos shipped with installed packages",
@@ -301,9 +325,9 @@ def _main(argv: Sequence[str] | None) -> int:
         # run and batch write through part files, removed on the way out; a batch stopped
         # after hours keeps what it finished (outputs, a long video's chunks) and goes on from
         # it when run again; live's recording is the user's to keep, so nothing is claimed
-        kept = {"run": "; no partial output was kept",
-                "batch": "; what finished is kept (nothing half-written) and the same command "
-                         "goes on after it"}.get(args.command, "")
+        kept = _interrupted_run_note(args) if args.command == "run" else \
+            {"batch": "; what finished is kept (nothing half-written) and the same command "
+                      "goes on after it"}.get(args.command, "")
         if _TERMINATED.is_set():
             print(f"livefuse: terminated (SIGTERM){kept or '; no partial output was kept'}",
                   file=sys.stderr)

@@ -810,6 +810,31 @@ def test_an_interrupted_run_says_no_partial_output_was_kept(
         "livefuse: interrupted; no partial output was kept"
 
 
+@pytest.mark.parametrize("was_there", [False, True])
+def test_a_run_interrupted_after_its_output_landed_says_it_was_written(
+        tmp_path: Path, t1_path: Path, astronaut_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], was_there: bool) -> None:
+    """A new user's trial: a Ctrl-C in the milliseconds after the rename said "no partial
+    output was kept" beside a complete output; an older output at the path is no sign."""
+    from livefuse import cli
+
+    out = tmp_path / "o.jpg"
+    if was_there:
+        out.write_bytes(b"an older output")
+
+    def landed(engine: object, target: Path, output: Path, **kwargs: object) -> None:
+        tmp = output.with_name(".o.jpg.part")
+        tmp.write_bytes(b"the new output")
+        os.replace(tmp, output)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("livefuse.run.run", landed)
+    assert cli.main(["run", "-s", str(astronaut_path), "-t", str(t1_path), "-o",
+                     str(out)]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        f"livefuse: interrupted after '{out}' was written in full"
+
+
 @pytest.mark.parametrize("one_terminal", [True, False])
 def test_on_one_terminal_the_summary_does_not_repeat_the_status_lines(
         mixed: Path, tmp_path: Path, astronaut_path: Path, monkeypatch: pytest.MonkeyPatch,

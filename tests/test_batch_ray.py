@@ -354,3 +354,25 @@ def test_an_interrupt_while_ray_starts_stops_what_started(
             p.wait()
     assert shutdowns == [True]
     assert alive == [True, False, True]
+
+
+@pytest.mark.parametrize("ended", [True, False])
+def test_an_embedded_cluster_a_signal_has_hit_is_killed_not_shut_down(
+        monkeypatch: pytest.MonkeyPatch, ended: bool) -> None:
+    """After a SIGTERM to the whole process group Ray's GCS is gone, and ray.shutdown waited
+    5-8 s on it before the command could exit; a cluster still whole is shut down as Ray
+    means it to be."""
+    from livefuse.batch import executor
+
+    calls: list[str] = []
+    monkeypatch.setattr(executor, "stop_ray", lambda: calls.append("shutdown"))
+    monkeypatch.setattr(executor, "_kill_and_wait",
+                        lambda pids, timeout, grace=0.0: calls.append("kill") or True)
+    monkeypatch.setattr(executor, "_ray_processes_since", lambda t0: [])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    pool = object.__new__(executor.RayPool)
+    pool.actors, pool.owned, pool._started = {}, True, time.time()
+    pool._cluster = [os.getpid(), gone.pid] if ended else [os.getpid()]
+    pool.close()
+    assert calls == (["kill"] if ended else ["shutdown"])

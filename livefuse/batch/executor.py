@@ -287,6 +287,23 @@ def _ray_processes_since(t0: float) -> list[int]:
     return found
 
 
+def _any_ended(pids: Sequence[int]) -> bool:
+    """Whether any of these processes has ended (gone, or a zombie not yet reaped)."""
+    try:
+        import psutil
+    except ImportError:
+        return False
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.Error:
+            continue
+    return False
+
+
 def _is_ray(p: Any) -> bool:
     """Whether ``p`` (a ``psutil.Process``) is one of Ray's: a binary or script of its package,
     or a process titled ``ray::`` (a worker, an agent)."""
@@ -370,7 +387,12 @@ class RayPool:
                  workers: int | None = None, gpus_per_worker: float | None = 0.0,
                  cpus_per_worker: float | None = None, address: str | None = None,
                  neural: bool = False, most: int | None = None) -> None:
+        started = time.time()
         self.owned = start_ray(address)
+        self._started = started
+        # the embedded cluster's own processes (its GCS, raylet, agents), to see at the end
+        # whether a signal to the whole process group has already ended some of them
+        self._cluster = _ray_processes_since(started) if self.owned else []
         import ray
 
         try:
@@ -535,7 +557,14 @@ class RayPool:
                 ray.kill(a, no_restart=True)
         finally:
             if self.owned:
-                stop_ray()
+                if _any_ended(self._cluster):
+                    # a SIGTERM to the whole process group (a service manager, `timeout`, a
+                    # container's stop) ended Ray's GCS or raylet too: ray.shutdown then waited
+                    # 5-8 s on the dead GCS before returning. What is left is killed instead;
+                    # the process is on its way out (the CLI exits at once after this).
+                    _kill_and_wait(_ray_processes_since(self._started), 5.0)
+                else:
+                    stop_ray()
             del ray
 
 

@@ -271,3 +271,23 @@ def test_chunks_are_equal_and_the_auto_length_gives_every_worker_as_many() -> No
     assert auto_chunk_seconds([video(60.0)], 4) == 15.0
     assert auto_chunk_seconds([video(200.0)], 4) == 25.0
     assert auto_chunk_seconds([video(60.0)], 1) == 0.0
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4", ".mov"])
+def test_a_joined_video_declares_the_inputs_frame_rate(tmp_path: Path, suffix: str) -> None:
+    """A new user's trial: a chunked Matroska output declared 1000 fps (its time base) where
+    the input and the same video done whole declare 30; read back, `run` then called it cut
+    short ("input ended early: 129 frames ... about 6037")."""
+    import av
+    from clips import write_clip
+
+    src = write_clip(tmp_path / "in.mkv", [round(i * 1000 / 30) for i in range(90)],
+                     Fraction(1, 1000), Fraction(30), gop=15, audio_tracks=1)
+    whole, out = tmp_path / f"whole{suffix}", tmp_path / f"out{suffix}"
+    transcode(src, whole, _mark)
+    assert _chunked(src, out, chunk_s=0.8) >= 3
+    rates = []
+    for path in (src, whole, out):
+        with av.open(str(path)) as c:
+            rates.append(c.streams.video[0].average_rate)
+    assert rates[2] == rates[1] and abs(float(rates[2]) - 30) < 0.05, rates

@@ -107,6 +107,13 @@ def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> Joined:
             decode_times = _decode_times(pts, dts)
             vout = copy_stream(out, vtemplate)
             vout.time_base = tb
+            # the frame rate the output declares is the input's, as `run` declares it: the
+            # template's is the first chunk's, and Matroska wrote its time base's 1000 fps as
+            # the frame duration (a reader then expects 30x the frames: "input ended early")
+            vin = inp.streams.video[0] if inp.streams.video else None
+            rate = None if vin is None else vin.average_rate or vin.guessed_rate
+            if rate:
+                vout.codec_context.framerate = Fraction(rate)
             audio = {a.index: copy_stream(out, a) for a in inp.streams.audio}
 
             def video() -> Iterator[tuple[Fraction, int, int, Any]]:

@@ -243,9 +243,10 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
     if span is None:
         n = result.audio_streams_copied
         copied = "no audio stream" if n == 0 else f"{n} audio stream{'s' if n > 1 else ''} copied"
-        notes.append(f"{copied}; "
-                     f"{rate_text(result.rate, result.measured_rate)}; every frame keeps its "
-                     "timestamp")
+        kept = "every frame keeps its timestamp"
+        if result.time_base_written is not None:  # MPEG-TS's 1/90000 s into Matroska
+            kept += f" to the nearest {_tick(result.time_base_written)} (the output's time base)"
+        notes.append(f"{copied}; {rate_text(result.rate, result.measured_rate)}; {kept}")
     notes.append(f"video: encode {result.encoder}; {result.decoder}")
     if result.incomplete:
         notes.append(f"{result.incomplete}; the output holds the frames that were decoded")
@@ -328,6 +329,11 @@ def check_target_opens(target: Path) -> None:
         probe(target)
     else:
         check_image(target, "target")
+
+
+def _tick(tb: Fraction) -> str:
+    """A time base as a reader says it: ``1 ms``, ``1/600 s``."""
+    return "1 ms" if tb == Fraction(1, 1000) else f"{tb} s"
 
 
 def check_run_paths(target: Path, output: Path,

@@ -16,6 +16,7 @@ import pytest
 from clips import ntsc_clip
 
 from livefuse.batch.dispatch import Dispatcher, GpuKey, WorkerLost
+from livefuse.batch.made_from import RECORD
 from livefuse.batch.plan import CHUNK_DIR, Item, Unit, expand, most_units, plan_items
 from livefuse.batch.runner import BatchOptions, run_batch
 from livefuse.batch.worker import UnitResult, WorkerStats
@@ -40,14 +41,15 @@ def test_inputs_expand_files_folders_and_globs(tmp_path: Path) -> None:
     _touch(tmp_path / "a" / "notes.txt")
     _touch(tmp_path / "a" / "sub" / "three.png")
     _touch(tmp_path / "b" / "four.webm")
-    found, problems, _ = expand([str(tmp_path / "a"), str(tmp_path / "b" / "*.webm"),
+    found, problems, _, not_media = expand([str(tmp_path / "a"), str(tmp_path / "b" / "*.webm"),
                               str(tmp_path / "nope.jpg"), str(tmp_path / "a" / "notes.txt"),
                               str(tmp_path / "none*.png")])
     assert [str(rel) for _, rel in found] == ["one.jpg", "two.mp4", "four.webm"]
     assert [p[1] for p in problems] == ["file not found", problems[1][1],
                                         "no image or video matches this pattern"]
     assert "unknown file type '.txt'" in problems[1][1]
-    found, _, _ = expand([str(tmp_path / "a")], recursive=True)
+    assert not_media == [tmp_path / "a" / "notes.txt"]  # in the folder: said as left out
+    found, _, _, _ = expand([str(tmp_path / "a")], recursive=True)
     assert [str(rel) for _, rel in found] == ["one.jpg", "sub/three.png", "two.mp4"]
 
 
@@ -59,17 +61,18 @@ def test_a_pattern_names_its_matches_as_a_folder_names_its_files(
     _touch(tmp_path / "in" / "b" / "clip.mp4")
     _touch(tmp_path / "in" / "top.jpg")
     _touch(tmp_path / "in" / "b" / "c" / "deep.mp4")
-    folder, _, _ = expand([str(tmp_path / "in")], recursive=True)
-    pattern, _, _ = expand([str(tmp_path / "in" / "**" / "*.*")], recursive=True)
+    _touch(tmp_path / "in" / ".hidden" / "clip.mp4")  # ** leaves hidden folders out, so does -r
+    folder, _, _, _ = expand([str(tmp_path / "in")], recursive=True)
+    pattern, _, _, _ = expand([str(tmp_path / "in" / "**" / "*.*")], recursive=True)
     assert sorted(str(rel) for _, rel in folder) == sorted(str(rel) for _, rel in pattern) == \
         ["a/clip.mp4", "b/c/deep.mp4", "b/clip.mp4", "top.jpg"]
     # `**` asks for every depth: without --recursive deep.mp4 was left out, exit 0
-    stars, _, _ = expand([str(tmp_path / "in" / "**" / "*.mp4")])
+    stars, _, _, _ = expand([str(tmp_path / "in" / "**" / "*.mp4")])
     assert sorted(str(rel) for _, rel in stars) == ["a/clip.mp4", "b/c/deep.mp4", "b/clip.mp4"]
-    one_level, _, _ = expand([str(tmp_path / "in" / "*" / "clip.mp4")])
+    one_level, _, _, _ = expand([str(tmp_path / "in" / "*" / "clip.mp4")])
     assert [str(rel) for _, rel in one_level] == ["a/clip.mp4", "b/clip.mp4"]
     monkeypatch.chdir(tmp_path / "in")  # a pattern with no fixed part: as given
-    here, _, _ = expand(["*/clip.mp4", "*.jpg"])
+    here, _, _, _ = expand(["*/clip.mp4", "*.jpg"])
     assert [str(rel) for _, rel in here] == ["a/clip.mp4", "b/clip.mp4", "top.jpg"]
 
 
@@ -297,12 +300,69 @@ def test_one_bad_item_fails_alone_and_resume_skips_what_is_done(
     for name in ("c.mp4", "d.png"):
         line = next(x for x in text.splitlines() if x.startswith(f"failed: {mixed / name}"))
         assert line.count(name) == 1, line
-    assert sorted(p.name for p in out.iterdir()) == ["a.jpg", "b.mp4"]
+    # beside the outputs, the record of which input made each (livefuse.batch.made_from)
+    assert sorted(p.name for p in out.iterdir()) == [RECORD, "a.jpg", "b.mp4"]
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     again = run_batch(_opts(mixed, out), marking_engine, quiet=True)
     assert {r.item.input.name: r.status for r in again.results} == {
         "a.jpg": "skipped", "b.mp4": "skipped", "c.mp4": "failed", "d.png": "failed"}
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+def test_an_output_another_input_made_is_not_taken_as_this_ones(tmp_path: Path,
+                                                                t1_path: Path) -> None:
+    """A new user's trial: clip.webm and clip.avi both map to clip.mkv, and the batch said to
+    give them in separate batches; given so into one folder, the second was skipped as done
+    (its output was the first one's), exit 0."""
+    a, b = tmp_path / "a" / "pic.jpg", tmp_path / "b" / "pic.jpg"
+    for p in (a, b):
+        p.parent.mkdir()
+        shutil.copy(t1_path, p)
+    os.utime(b, ns=(1, 1))  # another file of the same name and size
+    out = tmp_path / "out"
+    first = run_batch(BatchOptions((str(a),), out, executor="local"), marking_engine,
+                      quiet=True)
+    assert first.failed == 0
+    second = run_batch(BatchOptions((str(b),), out, executor="local"), marking_engine,
+                       quiet=True)
+    assert second.failed == 1
+    assert f"'{out / 'pic.jpg'}' holds the output of '{a.resolve()}'" in \
+        "\n".join(second.lines())
+    # the same input again, or moved with its folder: done, skipped
+    assert [r.status for r in run_batch(BatchOptions((str(a),), out, executor="local"),
+                                        marking_engine, quiet=True).results] == ["skipped"]
+    moved = tmp_path / "moved"
+    (tmp_path / "a").rename(moved)
+    assert [r.status for r in run_batch(BatchOptions((str(moved / "pic.jpg"),), out,
+                                                     executor="local"),
+                                        marking_engine, quiet=True).results] == ["skipped"]
+    # --overwrite makes it from this input, and the record says so from then on
+    over = run_batch(BatchOptions((str(b),), out, overwrite=True, executor="local"),
+                     marking_engine, quiet=True)
+    assert [r.status for r in over.results] == ["done"]
+    assert [r.status for r in run_batch(BatchOptions((str(b),), out, executor="local"),
+                                        marking_engine, quiet=True).results] == ["skipped"]
+
+
+def test_files_that_are_not_media_are_said_left_out_and_obs_recordings_are_media(
+        tmp_path: Path, t1_path: Path) -> None:
+    """A new user's trial: a season folder's OBS .flv recordings and an audio-only .m4a were
+    left out of the batch without a word."""
+    from livefuse.io.video import is_video_path
+
+    assert all(is_video_path(f"rec{s}") for s in (".flv", ".ts", ".m2ts", ".mts"))
+    folder = tmp_path / "season"
+    folder.mkdir()
+    shutil.copy(t1_path, folder / "thumb.jpg")
+    _touch(folder / "notes.txt")
+    _touch(folder / "audio only.m4a")
+    _touch(folder / ".DS_Store")  # hidden: the system's, not the user's
+    summary = run_batch(BatchOptions((str(folder),), tmp_path / "out", executor="local"),
+                        marking_engine, quiet=True)
+    assert summary.failed == 0
+    assert any(n.startswith("2 files in the folders given are neither an image nor a video "
+                            "and were left out: 'audio only.m4a', 'notes.txt' (images:")
+               for n in summary.notes), summary.notes
 
 
 def test_a_batch_where_every_item_fails_leaves_no_empty_folder(

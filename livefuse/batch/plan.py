@@ -28,6 +28,7 @@ from typing import Literal
 
 import av
 
+from livefuse.batch.made_from import other_input, recorded
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import atomic_write_bytes, is_image_path
 from livefuse.io.codecs import open_video
@@ -121,6 +122,9 @@ class Plan:
     problems: list[tuple[str, str]] = field(default_factory=list)
     left_out: int = 0
     """Files in the output folder that a folder or pattern walking into it left out."""
+    not_media: list[Path] = field(default_factory=list)
+    """Files a folder or pattern holds that are neither images nor videos (an OBS FLV before
+    it was one, an audio-only recording, notes): said, so that none is left out unsaid."""
     earlier_incomplete: dict[Item, str] = field(default_factory=dict)
     """Skipped items whose output an earlier run wrote from an input that ended early, with
     why (:func:`incomplete_marker`): a rerun says so again instead of passing them as done."""
@@ -177,8 +181,10 @@ def _media(path: Path) -> bool:
 
 
 def _is_ours(path: Path) -> bool:
-    # a batch's own temp files and chunk folder in an input tree (the output folder inside it)
-    return path.name.startswith(".") or CHUNK_DIR in path.parts
+    # a batch's own temp files and chunk folder in an input tree (the output folder inside it),
+    # and hidden files and folders, which a pattern's ** leaves out too (`in` --recursive and
+    # 'in/**/*.mp4' take the same files)
+    return any(part.startswith(".") for part in path.parts) or CHUNK_DIR in path.parts
 
 
 def _walk_root(raw: str) -> Path:
@@ -204,9 +210,10 @@ def _below(match: Path, fixed: Path) -> Path:
 
 
 def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None = None
-           ) -> tuple[list[tuple[Path, Path]], list[tuple[str, str]], int]:
-    """Files named by ``inputs``: ``(path, name under the output folder)`` pairs, problems, and
-    how many files a walk left out as this batch's own outputs.
+           ) -> tuple[list[tuple[Path, Path]], list[tuple[str, str]], int, list[Path]]:
+    """Files named by ``inputs``: ``(path, name under the output folder)`` pairs, problems, how
+    many files a walk left out as this batch's own outputs, and the files a folder or pattern
+    holds that are neither images nor videos (hidden ones not counted).
 
     A folder gives its images and videos (sorted; below it too with ``recursive``); a pattern
     with ``*``, ``?`` or ``[`` is expanded (``**``: any depth, ``recursive`` or not), each
@@ -218,6 +225,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
     """
     found: list[tuple[Path, Path]] = []
     problems: list[tuple[str, str]] = []
+    other: list[Path] = []
     left_out = 0
     out_root = outputs.resolve() if outputs is not None else None
 
@@ -234,8 +242,10 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
         p = Path(raw)
         if p.is_dir():
             pattern = "**/*" if recursive else "*"
-            files = walked(raw, sorted(f for f in p.glob(pattern) if f.is_file() and _media(f)
+            every = walked(raw, sorted(f for f in p.glob(pattern) if f.is_file()
                                        and not _is_ours(f.relative_to(p))))
+            files = [f for f in every if _media(f)]
+            other += [f for f in every if not _media(f)]
             if not files:
                 problems.append((raw, "folder holds no image or video"
                                  + ("" if recursive else " (subfolders need --recursive)")))
@@ -249,7 +259,9 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             # `**` asks for every depth whatever --recursive says: Python's glob otherwise
             # reads it as `*`, and a new user's 'in/**/*.mp4' left in/b/c/deep.mp4 out, exit 0
             matches = sorted(Path(m) for m in glob.glob(raw, recursive=True))
-            files = walked(raw, [m for m in matches if m.is_file() and _media(m)])
+            every = walked(raw, [m for m in matches if m.is_file()])
+            files = [f for f in every if _media(f)]
+            other += [f for f in every if not _media(f)]
             if not files:
                 problems.append((raw, "no image or video matches this pattern"))
             # mirrored below the pattern's fixed part, as a folder's files are below it:
@@ -258,7 +270,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             found += [(f, _below(f, _fixed_part(p))) for f in files]
         else:
             problems.append((raw, "file not found"))
-    return found, problems, left_out
+    return found, problems, left_out, other
 
 
 def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
@@ -292,10 +304,11 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
                             "or no permission)")
     # an output folder inside an input folder: its files are this batch's outputs, not inputs
     # (an output folder that IS an input folder is refused below, output by output)
-    found, problems, left_out = expand(inputs, recursive, output_dir)
-    plan = Plan(problems=problems, left_out=left_out)
+    found, problems, left_out, not_media = expand(inputs, recursive, output_dir)
+    plan = Plan(problems=problems, left_out=left_out, not_media=not_media)
     seen: dict[Path, Path] = {}
     inputs_resolved = {f.resolve() for f, _ in found}
+    made_from = recorded(output_dir)
     for path, rel in found:
         out = output_dir / _output_name(rel)
         key = out.resolve()
@@ -318,6 +331,12 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
             # kept output is made again
             plan.items.append(item)
         else:
+            other = other_input(made_from, output_dir, out, path)
+            if other is not None:  # not this input's output: skipping it would lose this one
+                plan.problems.append((str(path), f"'{out}' holds the output of '{other}' (an "
+                                      "earlier batch into this folder), not of this input; "
+                                      "--overwrite replaces it, or give another --output-dir"))
+                continue
             plan.skipped.append(item)
             if earlier is not None:
                 plan.earlier_incomplete[item] = earlier[0]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from livefuse.batch import resume
+from livefuse.batch import made_from, resume
 from livefuse.batch.dispatch import Dispatcher, VramReader, WorkerPool
 from livefuse.batch.lock import output_lock
 from livefuse.batch.plan import (
@@ -44,7 +44,7 @@ from livefuse.batch.worker import UnitResult, WorkerStats, item_problem
 from livefuse.errors import LivefuseError
 from livefuse.extras import install_hint
 from livefuse.io.folders import remove_empty
-from livefuse.io.video import Span, VideoOptions
+from livefuse.io.video import Span, VideoOptions, media_types
 
 Executor = str
 """``auto`` (Ray when installed), ``ray`` or ``local``."""
@@ -335,8 +335,10 @@ class _Collector:
     """Turns unit results into item results; joins a chunked video once its chunks are in."""
 
     def __init__(self, units: Sequence[Unit], progress: Progress,
-                 on_line: Callable[[str], None], job: str | None = None) -> None:
+                 on_line: Callable[[str], None], job: str | None = None,
+                 output_dir: Path | None = None) -> None:
         self.progress, self.on_line, self.job = progress, on_line, job
+        self.output_dir = output_dir  # where each finished output's input is recorded
         self.expected: dict[Item, int] = {}
         for u in units:
             self.expected[u.item] = u.chunks
@@ -427,6 +429,8 @@ class _Collector:
                 write_incomplete_marker(item.output, incomplete, stamp)
             else:
                 incomplete_marker(item.output).unlink(missing_ok=True)
+            if self.output_dir is not None:
+                made_from.record(self.output_dir, item.output, item.input)
         self.results.append(ItemResult(item, "done" if ok else "failed", message, frames,
                                        incomplete, worker))
         self.progress.item(ok)
@@ -487,10 +491,20 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
     summary.results += [ItemResult(i, "skipped", incomplete=plan.earlier_incomplete.get(i))
                         for i in plan.skipped]
     if plan.left_out:
-        summary.notes.append(f"{plan.left_out} file(s) in the output folder '{opts.output_dir}' "
+        outs = "1 file" if plan.left_out == 1 else f"{plan.left_out} files"
+        summary.notes.append(f"{outs} in the output folder '{opts.output_dir}' "
                              "left out: an input folder or pattern walks into it, and what "
                              "lies there is taken as output, not input (name a file itself "
                              "to process it)")
+    if plan.not_media:
+        others = len(plan.not_media)
+        shown = ", ".join(f"'{f.name}'" for f in plan.not_media[:3]) + \
+            (f" and {others - 3} more" if others > 3 else "")
+        many = others > 1
+        summary.notes.append(f"{others} file{'s' if many else ''} in the folders given "
+                             f"{'are' if many else 'is'} neither an image nor a video and "
+                             f"{'were' if many else 'was'} left out: {shown} "
+                             f"({media_types()})")
     if not plan.items:
         if plan.skipped:
             summary.notes.append("every output exists already (--overwrite processes them "
@@ -536,7 +550,7 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
         # the longest first: the last unit to finish is a short one
         units.sort(key=lambda u: -u.frames)
         progress = Progress(sum(u.frames for u in units), len(plan.items), not quiet)
-        collector = _Collector([*units, *earlier], progress, on_line, job)
+        collector = _Collector([*units, *earlier], progress, on_line, job, opts.output_dir)
         for u in earlier:
             d = kept[u.item].done[u.chunk]
             collector(UnitResult(u, True, frames=d.frames, faces_found=d.faces_found,

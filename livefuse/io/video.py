@@ -44,8 +44,10 @@ from livefuse.io.pipeline import ChainStats, Passthrough, Stage, run_chain
 from livefuse.io.streams import copy_stream, copy_tags, display_matrix
 from livefuse.types import Frame
 
-VIDEO_SUFFIXES = frozenset({".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v"})
-OUTPUT_VIDEO_SUFFIXES = VIDEO_SUFFIXES - {".avi", ".webm"}
+# OBS records FLV or MPEG-TS where MKV is not chosen; camcorders write AVCHD's .m2ts/.mts
+VIDEO_SUFFIXES = frozenset({".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v", ".flv", ".ts",
+                            ".m2ts", ".mts"})
+OUTPUT_VIDEO_SUFFIXES = frozenset({".mp4", ".mkv", ".mov", ".m4v"})
 
 
 def media_types() -> str:
@@ -152,6 +154,10 @@ class TranscodeResult:
     """Why the input gave fewer frames than it declares (``input ended early: 55 of 150
     frames``), or ``None``; the output then holds the frames that were decoded."""
     stats: ChainStats = field(default_factory=ChainStats)
+    time_base_written: Fraction | None = None
+    """The output's video time base when it is coarser than the input's (Matroska counts in
+    1/1000 s): each frame's timestamp is then rounded to it; ``None`` when every one is kept
+    exactly."""
 
     @property
     def measured_rate(self) -> Fraction | None:
@@ -736,6 +742,9 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
                 raise VideoError(s, f"writing '{d.name}' failed after {enc.frames} frames: "
                                     f"{plain_av_error(exc)}{audio_hint}") from exc
             result.frames = enc.frames
+            written = Fraction(enc.vout.time_base) if enc.vout.time_base else None
+            if written is not None and dec.tb % written != 0:
+                result.time_base_written = written
             if span is None:
                 info_frames = int(dec.vin.frames or 0)
                 result.incomplete = dec.incomplete(info_frames,

@@ -1,0 +1,93 @@
+"""Which input each output of a batch folder was made from, so that resuming never takes one
+input's output for another's.
+
+Two inputs of one batch that would share an output name are refused (``clip.webm`` and
+``clip.avi`` both become ``clip.mkv``), and the message says to give them in separate batches.
+Given so into the same folder, the second batch found ``clip.mkv`` there and skipped its input as
+done: its output was the other input's, exit 0 (a new user's trial). Each finished output is now
+recorded with its input in a hidden file of the output folder (:data:`RECORD`, JSON lines,
+appended, so a batch of thousands of items writes a line per item and a line torn by a crash is
+only that line lost), and an output recorded from another input is a failure of the item, not a
+skip.
+
+An input is the same when its resolved path is, or when its name, size and modification time
+are (the season's folder moved or renamed since). An output with no record (made by an older
+version, or copied in) is taken as done, as before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RECORD = ".livefuse-outputs.jsonl"
+"""The record's file name, in the batch's output folder (hidden: a folder walk leaves it out)."""
+
+
+def _entry(output_dir: Path, output: Path, source: Path) -> dict[str, Any] | None:
+    try:
+        st = source.stat()
+        rel = output.absolute().relative_to(output_dir.absolute())
+    except (OSError, ValueError):
+        return None
+    return {"output": rel.as_posix(), "input": str(source.resolve()), "name": source.name,
+            "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def record(output_dir: Path, output: Path, source: Path) -> None:
+    """Append that ``output`` (under ``output_dir``) was made from ``source``; called by the
+    batch's collecting thread once the output is in place. Nothing is recorded when the input is
+    gone or the output lies outside ``output_dir``; a record that cannot be written costs the
+    check, not the output."""
+    entry = _entry(output_dir, output, source)
+    if entry is None:
+        return
+    line = json.dumps(entry, ensure_ascii=False) + "\n"
+    try:
+        with open(output_dir / RECORD, "a", encoding="utf-8") as fh:
+            fh.write(line)
+    except OSError:
+        pass
+
+
+def recorded(output_dir: Path) -> dict[str, dict[str, Any]]:
+    """The record of ``output_dir``: per output (relative POSIX path) the last entry written,
+    ``{"input": resolved path, "name", "size", "mtime_ns"}``; empty when there is none."""
+    try:
+        text = (output_dir / RECORD).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    found: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:  # a line torn by a crash
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("output"), str):
+            found[entry["output"]] = entry
+    return found
+
+
+def other_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path,
+                source: Path) -> str | None:
+    """The input ``output`` was recorded from when that is not ``source``, else ``None`` (the
+    same input, or no record)."""
+    try:
+        rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
+    except ValueError:
+        return None
+    entry = record_of.get(rel)
+    if entry is None or entry.get("input") == str(source.resolve()):
+        return None
+    try:
+        st = source.stat()
+    except OSError:
+        return None
+    if (entry.get("name"), entry.get("size"), entry.get("mtime_ns")) == \
+            (source.name, st.st_size, st.st_mtime_ns):
+        return None  # moved or renamed with its folder: the same file
+    return str(entry.get("input") or "another input")
+
+
+__all__ = ["RECORD", "other_input", "record", "recorded"]

@@ -145,3 +145,19 @@ def test_the_live_file_source_shows_a_mirrored_clip_as_a_player_does(tmp_path: P
             assert np.abs(first.astype(int) - want).mean() < 1.0
         finally:
             src.close()
+
+
+def test_an_mkv_output_of_a_finer_time_base_says_its_timestamps_are_rounded(
+        tmp_path: Path) -> None:
+    """OBS's MPEG-TS counts in 1/90000 s, Matroska in 1 ms: 'every frame keeps its timestamp'
+    was said of frames moved by up to half a millisecond."""
+    from fractions import Fraction
+
+    from clips import write_clip
+
+    src = write_clip(tmp_path / "rec.ts", [3003 * i for i in range(6)], Fraction(1, 90000),
+                     Fraction(30000, 1001), audio_tracks=1)
+    assert transcode(src, tmp_path / "o.mkv", _same).time_base_written == Fraction(1, 1000)
+    assert transcode(src, tmp_path / "o.mp4", _same).time_base_written is None
+    assert transcode(tmp_path / "o.mkv", tmp_path / "again.mkv", _same
+                     ).time_base_written is None

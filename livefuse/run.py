@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -294,6 +295,11 @@ def check_output_path(output: Path, inputs: dict[str, Path | None]) -> None:
     folder = next((p for p in output.absolute().parents if p.exists()), None)
     if folder is not None and not folder.is_dir():
         raise LivefuseError(f"output '{output}': '{folder}' is a file, not a folder")
+    # now, not after the engine is built and the first frame is done (as `batch` refuses
+    # its --output-dir)
+    if folder is not None and not os.access(folder, os.W_OK | os.X_OK):
+        raise LivefuseError(f"output '{output}': cannot write in '{folder}' (read-only or no "
+                            "permission)")
     check_output(output, inputs)
 
 

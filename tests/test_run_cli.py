@@ -598,3 +598,41 @@ def test_an_output_that_was_there_is_replaced_and_the_summary_says_so(
     assert "has been replaced" not in capsys.readouterr().out
     assert _run("-s", astronaut_path, "-t", t1_path, "-o", out) == 0
     assert f"note: '{out}' was there before and has been replaced" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("target", ["t1.jpg", "clip.mp4"])
+def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path, target: str,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: a read-only folder was found only after the engine was built, and
+    the message named the output by its file name with a hint about audio codecs."""
+    import os
+
+    from livefuse import run as run_module
+
+    if target == "clip.mp4":
+        t1 = cv2.imread(str(t1_path))
+        h, w = (d // 2 * 2 for d in t1.shape[:2])
+        src = write_clip([t1[:h, :w]] * 2, tmp_path / "clip.mp4", audio=True)
+    else:
+        src = t1_path
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(run_module.os, "access",
+                        lambda p, mode: False if Path(p) == locked else real(p, mode))
+    out = locked / f"x{Path(target).suffix}"
+    assert _run("-s", astronaut_path, "-t", src, "-o", out) == 2
+    said = capsys.readouterr()
+    assert said.err == f"livefuse: error: output '{out}': cannot write in '{locked}' " \
+                       "(read-only or no permission)\n"
+    assert "engine" not in said.err + said.out
+
+
+def test_a_write_the_system_refuses_gets_no_hint_about_audio_codecs() -> None:
+    from livefuse.io.video import _hint_for
+
+    hint = " (an audio codec the container cannot hold? try a .mkv output)"
+    denied = av.error.PermissionError(13, "Permission denied")
+    assert _hint_for(denied, hint) == ""
+    assert _hint_for(av.error.InvalidDataError(1094995529, "Invalid data"), hint) == hint

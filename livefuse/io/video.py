@@ -739,8 +739,9 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
                           cancel=cancel)
                 enc.flush()
             except av.error.FFmpegError as exc:
-                raise VideoError(s, f"writing '{d.name}' failed after {enc.frames} frames: "
-                                    f"{plain_av_error(exc)}{audio_hint}") from exc
+                raise VideoError(s, f"writing '{d}' failed after {enc.frames} frames: "
+                                    f"{plain_av_error(exc)}{_hint_for(exc, audio_hint)}"
+                                 ) from exc
             result.frames = enc.frames
             written = Fraction(enc.vout.time_base) if enc.vout.time_base else None
             if written is not None and dec.tb % written != 0:
@@ -815,8 +816,15 @@ def _output(tmp: Path, options: dict[str, str], src: Path, dst: Path,
     try:
         out.close()
     except av.error.FFmpegError as exc:
-        raise VideoError(src, f"writing '{dst.name}' failed: {plain_av_error(exc)}{hint}") \
-            from exc
+        raise VideoError(src, f"writing '{dst}' failed: {plain_av_error(exc)}"
+                              f"{_hint_for(exc, hint)}") from exc
+
+
+def _hint_for(exc: Exception, hint: str) -> str:
+    """``hint`` (about audio a container cannot hold) unless the error is the system's (no
+    permission, no such folder, a full disk): a new user's read-only folder was answered with
+    "permission denied (an audio codec the container cannot hold? ...)"."""
+    return "" if isinstance(exc, OSError) else hint
 
 
 def _bit_depth(fmt: Any) -> int:

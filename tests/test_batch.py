@@ -413,6 +413,23 @@ def test_without_ray_the_batch_runs_in_process_and_says_what_the_extra_adds(
     assert "on 2 threads that share one Python" in note and "one after another" not in note
 
 
+def test_the_summary_says_which_decoder_and_encoder_ran_and_why_the_executor(
+        mixed: Path, tmp_path: Path) -> None:
+    """A new user's trial: `batch --video-decoder nvdec` fell back to the CPU unsaid (`run`
+    says it), and `--executor local` with Ray installed was described as '(no Ray)'."""
+    from livefuse.io.video import VideoOptions
+
+    opts = BatchOptions((str(mixed / "b.mp4"), str(mixed / "a.jpg")), tmp_path / "out",
+                        chunk_seconds=0.5, executor="local", workers=1,
+                        video=VideoOptions(decoder="nvdec"))
+    summary = run_batch(opts, marking_engine, quiet=True)
+    assert summary.count("done") == 2
+    assert summary.executor == "in-process: 1 worker thread (--executor local)"
+    video = [n for n in summary.notes if n.startswith("video: ")]
+    assert len(video) == 1 and "encode libx264" in video[0] and "decode: " in video[0], \
+        summary.notes
+
+
 def test_chunks_longer_than_asked_are_explained(tmp_path: Path) -> None:
     """A new user's --chunk-seconds 2 on a clip with a keyframe every 8.3 s gave "chunks of
     about 8 s" with no word on why."""

@@ -61,16 +61,18 @@ class LocalPool:
         video: video options.
         workers: engines side by side; on one GPU each has its own CUDA streams and encoder, and
             PyAV, OpenCV and torch release the GIL while they work.
+        why: why the items run in this process, for the description (``no Ray``,
+            ``--executor local``).
     """
 
     def __init__(self, factory: Callable[[], Any], video: VideoOptions | None = None,
-                 workers: int = 1) -> None:
+                 workers: int = 1, why: str = "no Ray") -> None:
         self.workers = {n: BatchWorker(factory, video, n) for n in worker_names(max(1, workers))}
         self._threads = cf.ThreadPoolExecutor(max_workers=len(self.workers),
                                               thread_name_prefix="livefuse-batch")
         self._units: dict[Hashable, tuple[str, Unit]] = {}
         self.description = (f"in-process: {len(self.workers)} worker thread"
-                            f"{'s' if len(self.workers) > 1 else ''} (no Ray)")
+                            f"{'s' if len(self.workers) > 1 else ''} ({why})")
 
     def names(self) -> list[str]:
         return list(self.workers)

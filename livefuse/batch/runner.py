@@ -241,7 +241,8 @@ def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
                 f"on {workers} threads that share one Python (one machine, one GIL)"
             notes.append(f"Ray is not installed: items run in this process, {how}; for "
                          f"worker processes and more machines: {install_hint('batch')}")
-        return LocalPool(factory, opts.video, workers), notes
+        why = "--executor local" if opts.executor == "local" else "no Ray"
+        return LocalPool(factory, opts.video, workers, why), notes
     if not ray_available():
         raise LivefuseError(f"--address and --executor ray need Ray: {install_hint('batch')}")
     return RayPool(factory, opts.video, opts.workers, opts.gpus_per_worker,
@@ -347,6 +348,9 @@ class _Collector:
         self.finished: set[Item] = set()
         self.engine_notes: list[str] = []  # every worker's engine says the same: once each
         self.item_notes: list[str] = []  # what a run would say of its target's content
+        # as `run` says it: `--video-decoder nvdec` fell back to the CPU unsaid (a new user's
+        # trial); the same line from every item is said once
+        self.video_notes: list[str] = []
         # each input as the run starts reading it: one that changes meanwhile (a recording
         # still being written) was read in part
         self.stamps = {item: _stamp(item.input) for item in self.expected}
@@ -363,6 +367,9 @@ class _Collector:
             line = f"'{item.input}': {note}"
             if line not in self.item_notes:
                 self.item_notes.append(line)
+        for note in res.notes:  # which encoder and decoder ran, and why: once per kind
+            if note.startswith("video: ") and note not in self.video_notes:
+                self.video_notes.append(note)
         if res.unit.chunks == 1:
             self._finish(item, res.ok, res.message, res.frames, res.incomplete, res.worker)
             return
@@ -590,7 +597,8 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
     joined = {r.item for r in collector.results if r.status == "done"}
     summary.reused_frames = sum(kept[u.item].done[u.chunk].frames for u in earlier
                                 if u.item in joined)
-    summary.notes = collector.engine_notes + summary.notes + collector.item_notes
+    summary.notes = (collector.engine_notes + summary.notes + collector.video_notes
+                     + collector.item_notes)
     order = {i.input: k for k, i in enumerate([*plan.items, *plan.skipped])}
     summary.results.sort(key=lambda r: order.get(r.item.input, 0))
     return summary

@@ -1105,3 +1105,28 @@ def test_video_options_pass_when_a_video_is_among_the_inputs_done_or_not(tmp_pat
     _refuse_video_options_without_video(args, Plan())  # nothing to do: said elsewhere
     with pytest.raises(LivefuseError, match="--crf 20: only for videos; the 1 input is an"):
         _refuse_video_options_without_video(args, Plan(items=[image]))
+
+
+def test_a_clip_too_short_to_cut_says_why(tmp_path: Path) -> None:
+    """A new user's trial: a 1-frame clip at --chunk-seconds 0.01 got "runs whole on one
+    worker, not in 0.01 s chunks: " with no reason, and 2-3 frame clips were told to be
+    re-encoded with a keyframe every few seconds."""
+    from livefuse.batch.plan import plan_units
+
+    one = ntsc_clip(tmp_path / "one.mp4", frames=1, audio_tracks=0)
+    three = ntsc_clip(tmp_path / "three.mp4", frames=3, audio_tracks=0, gop=12)
+    notes: list[str] = []
+    items = [Item(one, tmp_path / "o" / "one.mp4", "video", 1, 0.04),
+             Item(three, tmp_path / "o" / "three.mp4", "video", 3, 0.1)]
+    units = plan_units(items, 0.01, notes=notes)
+    assert [u.chunks for u in units] == [1, 1]
+    assert notes[0].endswith("0.01 s chunks: its frames have no timestamps to cut by, or it "
+                             "has under two frames"), notes
+    assert "re-encode" not in notes[1] and "clean cut point" in notes[1], notes
+
+
+def test_the_same_file_named_twice_is_one_item(tmp_path: Path) -> None:
+    """It was refused: "'f.mp4' and 'f.mp4' would both be written to ...; rename one"."""
+    clip = _touch(tmp_path / "in" / "f.jpg")
+    plan = plan_items([str(clip), str(clip), str(tmp_path / "in")], tmp_path / "out")
+    assert [i.input for i in plan.items] == [clip]

@@ -312,6 +312,8 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
     for path, rel in found:
         out = output_dir / _output_name(rel)
         key = out.resolve()
+        if key in seen and seen[key].resolve() == path.resolve():
+            continue  # the same file named twice (a folder and a file in it): once
         if key in seen:
             raise LivefuseError(f"'{path}' and '{seen[key]}' would both be written to '{out}'; "
                                 "give them in separate batches or rename one")
@@ -541,8 +543,12 @@ def plan_units(items: Sequence[Item], chunk_s: float, detect_every: int = 1,
                     cuts = max(len(index.cuts) - 1, 0)
                     why = (f"it has {cuts} clean cut point{'s' if cuts != 1 else ''} after its "
                            f"start (keyframes that open a closed GOP) where {chunk_s:g} s "
-                           "chunks need more; a re-encode with a keyframe every few seconds "
-                           "makes it cuttable")
+                           "chunks need more")
+                    if item.frames > 30:  # a clip of a few frames has nothing to gain
+                        why += "; a re-encode with a keyframe every few seconds makes it cuttable"
+                elif not why:  # a new user's 1-frame clip got "...chunks: " and no reason
+                    why = ("its frames have no timestamps to cut by, or it has under two "
+                           "frames")
                 notes.append(f"'{item.input}' runs whole on one worker, not in "
                              f"{chunk_s:g} s chunks: {why}")
             units.append(Unit(item, item.output, frames=item.frames))

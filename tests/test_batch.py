@@ -41,7 +41,7 @@ def test_inputs_expand_files_folders_and_globs(tmp_path: Path) -> None:
     _touch(tmp_path / "a" / "notes.txt")
     _touch(tmp_path / "a" / "sub" / "three.png")
     _touch(tmp_path / "b" / "four.webm")
-    found, problems, _, not_media = expand([str(tmp_path / "a"), str(tmp_path / "b" / "*.webm"),
+    found, problems, _, not_media, _ = expand([str(tmp_path / "a"), str(tmp_path / "b" / "*.webm"),
                               str(tmp_path / "nope.jpg"), str(tmp_path / "a" / "notes.txt"),
                               str(tmp_path / "none*.png")])
     assert [str(rel) for _, rel in found] == ["one.jpg", "two.mp4", "four.webm"]
@@ -49,7 +49,7 @@ def test_inputs_expand_files_folders_and_globs(tmp_path: Path) -> None:
                                         "no image or video matches this pattern"]
     assert "unknown file type '.txt'" in problems[1][1]
     assert not_media == [tmp_path / "a" / "notes.txt"]  # in the folder: said as left out
-    found, _, _, _ = expand([str(tmp_path / "a")], recursive=True)
+    found, *_ = expand([str(tmp_path / "a")], recursive=True)
     assert [str(rel) for _, rel in found] == ["one.jpg", "sub/three.png", "two.mp4"]
 
 
@@ -62,17 +62,17 @@ def test_a_pattern_names_its_matches_as_a_folder_names_its_files(
     _touch(tmp_path / "in" / "top.jpg")
     _touch(tmp_path / "in" / "b" / "c" / "deep.mp4")
     _touch(tmp_path / "in" / ".hidden" / "clip.mp4")  # ** leaves hidden folders out, so does -r
-    folder, _, _, _ = expand([str(tmp_path / "in")], recursive=True)
-    pattern, _, _, _ = expand([str(tmp_path / "in" / "**" / "*.*")], recursive=True)
+    folder, *_ = expand([str(tmp_path / "in")], recursive=True)
+    pattern, *_ = expand([str(tmp_path / "in" / "**" / "*.*")], recursive=True)
     assert sorted(str(rel) for _, rel in folder) == sorted(str(rel) for _, rel in pattern) == \
         ["a/clip.mp4", "b/c/deep.mp4", "b/clip.mp4", "top.jpg"]
     # `**` asks for every depth: without --recursive deep.mp4 was left out, exit 0
-    stars, _, _, _ = expand([str(tmp_path / "in" / "**" / "*.mp4")])
+    stars, *_ = expand([str(tmp_path / "in" / "**" / "*.mp4")])
     assert sorted(str(rel) for _, rel in stars) == ["a/clip.mp4", "b/c/deep.mp4", "b/clip.mp4"]
-    one_level, _, _, _ = expand([str(tmp_path / "in" / "*" / "clip.mp4")])
+    one_level, *_ = expand([str(tmp_path / "in" / "*" / "clip.mp4")])
     assert [str(rel) for _, rel in one_level] == ["a/clip.mp4", "b/clip.mp4"]
     monkeypatch.chdir(tmp_path / "in")  # a pattern with no fixed part: as given
-    here, _, _, _ = expand(["*/clip.mp4", "*.jpg"])
+    here, *_ = expand(["*/clip.mp4", "*.jpg"])
     assert [str(rel) for _, rel in here] == ["a/clip.mp4", "b/clip.mp4", "top.jpg"]
 
 
@@ -357,9 +357,13 @@ def test_files_that_are_not_media_are_said_left_out_and_obs_recordings_are_media
     _touch(folder / "notes.txt")
     _touch(folder / "audio only.m4a")
     _touch(folder / ".DS_Store")  # hidden: the system's, not the user's
+    (folder / "week 1").mkdir()
+    shutil.copy(t1_path, folder / "week 1" / "thumb.jpg")  # without --recursive: a hint
     summary = run_batch(BatchOptions((str(folder),), tmp_path / "out", executor="local"),
                         marking_engine, quiet=True)
     assert summary.failed == 0
+    assert f"'{folder}' has 1 image or video in its subfolders, left out: --recursive takes " \
+           "them too" in summary.notes
     assert any(n.startswith("2 files in the folders given are neither an image nor a video "
                             "and were left out: 'audio only.m4a', 'notes.txt' (images:")
                for n in summary.notes), summary.notes

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import av
 
@@ -122,6 +122,9 @@ class Plan:
     problems: list[tuple[str, str]] = field(default_factory=list)
     left_out: int = 0
     """Files in the output folder that a folder or pattern walking into it left out."""
+    below: list[tuple[str, int]] = field(default_factory=list)
+    """``(folder, images and videos in its subfolders)`` for folders given without
+    ``recursive``: said, as a hint."""
     not_media: list[Path] = field(default_factory=list)
     """Files a folder or pattern holds that are neither images nor videos (an OBS FLV before
     it was one, an audio-only recording, notes): said, so that none is left out unsaid."""
@@ -209,11 +212,29 @@ def _below(match: Path, fixed: Path) -> Path:
         return Path(match.name)
 
 
+class Expanded(NamedTuple):
+    """What :func:`expand` found.
+
+    Attributes:
+        found: ``(path, name under the output folder)`` pairs.
+        problems: ``(input as given, message)`` for inputs that give no file.
+        left_out: files a walk left out as this batch's own outputs.
+        not_media: files a folder or pattern holds that are neither images nor videos (hidden
+            ones not counted).
+        below: ``(folder as given, count)``: images and videos in the subfolders of a folder
+            walked without ``recursive``.
+    """
+
+    found: list[tuple[Path, Path]]
+    problems: list[tuple[str, str]]
+    left_out: int
+    not_media: list[Path]
+    below: list[tuple[str, int]]
+
+
 def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None = None
-           ) -> tuple[list[tuple[Path, Path]], list[tuple[str, str]], int, list[Path]]:
-    """Files named by ``inputs``: ``(path, name under the output folder)`` pairs, problems, how
-    many files a walk left out as this batch's own outputs, and the files a folder or pattern
-    holds that are neither images nor videos (hidden ones not counted).
+           ) -> Expanded:
+    """Files named by ``inputs`` (:class:`Expanded`).
 
     A folder gives its images and videos (sorted; below it too with ``recursive``); a pattern
     with ``*``, ``?`` or ``[`` is expanded (``**``: any depth, ``recursive`` or not), each
@@ -226,6 +247,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
     found: list[tuple[Path, Path]] = []
     problems: list[tuple[str, str]] = []
     other: list[Path] = []
+    below: list[tuple[str, int]] = []
     left_out = 0
     out_root = outputs.resolve() if outputs is not None else None
 
@@ -246,9 +268,14 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
                                        and not _is_ours(f.relative_to(p))))
             files = [f for f in every if _media(f)]
             other += [f for f in every if not _media(f)]
+            deeper = 0 if recursive else sum(
+                1 for f in walked(raw, [f for f in p.glob("*/**/*") if f.is_file()
+                                        and _media(f) and not _is_ours(f.relative_to(p))]))
             if not files:
                 problems.append((raw, "folder holds no image or video"
                                  + ("" if recursive else " (subfolders need --recursive)")))
+            elif deeper:  # a season folder's week folders, left out without a word
+                below.append((raw, deeper))
             found += [(f, f.relative_to(p)) for f in files]
         elif p.is_file():
             if _media(p):
@@ -270,7 +297,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             found += [(f, _below(f, _fixed_part(p))) for f in files]
         else:
             problems.append((raw, "file not found"))
-    return found, problems, left_out, other
+    return Expanded(found, problems, left_out, other, below)
 
 
 def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
@@ -304,8 +331,8 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
                             "or no permission)")
     # an output folder inside an input folder: its files are this batch's outputs, not inputs
     # (an output folder that IS an input folder is refused below, output by output)
-    found, problems, left_out, not_media = expand(inputs, recursive, output_dir)
-    plan = Plan(problems=problems, left_out=left_out, not_media=not_media)
+    found, problems, left_out, not_media, below = expand(inputs, recursive, output_dir)
+    plan = Plan(problems=problems, left_out=left_out, not_media=not_media, below=below)
     seen: dict[Path, Path] = {}
     inputs_resolved = {f.resolve() for f, _ in found}
     made_from = recorded(output_dir)

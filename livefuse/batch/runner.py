@@ -503,6 +503,10 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
                              "left out: an input folder or pattern walks into it, and what "
                              "lies there is taken as output, not input (name a file itself "
                              "to process it)")
+    for folder, deeper in plan.below:
+        summary.notes.append(f"'{folder}' has {deeper} image{'s' if deeper > 1 else ''} or "
+                             f"video{'s' if deeper > 1 else ''} in its subfolders, left out: "
+                             "--recursive takes them too")
     if plan.not_media:
         others = len(plan.not_media)
         shown = ", ".join(f"'{f.name}'" for f in plan.not_media[:3]) + \

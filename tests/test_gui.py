@@ -187,6 +187,23 @@ def test_window_builds_with_the_config_choices(window: MainWindow) -> None:
     assert "source face" in window.statuses[-1]
 
 
+def test_the_video_dialog_offers_every_type_livefuse_reads(
+        window: MainWindow, clip_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its filter was a list of its own, without the .flv and .ts that OBS records."""
+    from livefuse.io.video import VIDEO_SUFFIXES
+
+    asked: list[str] = []
+
+    def dialog(parent: object, title: str, folder: str, filters: str) -> tuple[str, str]:
+        asked.append(filters)
+        return str(clip_path), ""
+
+    monkeypatch.setattr("livefuse_ui.main_window.QFileDialog.getOpenFileName", dialog)
+    window._browse_video()
+    assert all(f"*{s}" in asked[0].split(";;")[0] for s in VIDEO_SUFFIXES), asked
+    assert window.config.capture.video == str(clip_path.absolute())
+
+
 def test_a_video_given_by_a_relative_path_is_kept_absolute(
         window: MainWindow, clip_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`livefuse gui --video clip.mp4` saved "clip.mp4"; the next launch from another folder

@@ -433,7 +433,7 @@ def test_neural_engine_without_models_names_every_missing_file(
     ("clip.mp4", "x.webm", "is a video, so the output 'x.webm' must be"),
     # every type run takes is named (.jpeg, .tiff and .m4v were accepted and left unnamed)
     ("t1.xyz", "x.jpg", "unknown file type '.xyz' (images: .bmp .jpeg .jpg .png .tif .tiff "
-                        ".webp; videos: .avi .m4v .mkv .mov .mp4 .webm)"),
+                        ".webp; videos: .avi .flv .m2ts .m4v .mkv .mov .mp4 .mts .ts .webm)"),
 ])
 def test_an_impossible_output_is_refused_before_any_work(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str, output: str,

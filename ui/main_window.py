@@ -753,9 +753,11 @@ class MainWindow(QMainWindow):
         self._set_config(dataclasses.replace(self.config, capture=capture))
 
     def _browse_video(self) -> None:
+        from livefuse.io.video import VIDEO_SUFFIXES
+
+        suffixes = " ".join(f"*{s}" for s in sorted(VIDEO_SUFFIXES))  # what livefuse reads
         path, _ = QFileDialog.getOpenFileName(self, "Video input", "",
-                                              "Videos (*.mp4 *.mov *.mkv *.avi *.webm);;"
-                                              "All files (*)")
+                                              f"Videos ({suffixes});;All files (*)")
         if path:
             self.set_video(Path(path))
 

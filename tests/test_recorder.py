@@ -79,6 +79,9 @@ class FakeClock:
     def pass_starts(self) -> list[Fraction]:
         return self.starts
 
+    def origin(self) -> Fraction:
+        return Fraction(0)  # its media times are the file's own
+
 
 @pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
 def test_a_file_recording_keeps_its_timestamps_rate_and_audio_in_sync(
@@ -147,6 +150,34 @@ def test_live_records_a_video_file_with_its_audio_and_timestamps(
         assert len(c.streams.audio) == 1
         assert c.streams.video[0].base_rate == Fraction(30000, 1001)
     assert len(audio_packets(out)) >= 10
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
+def test_live_records_a_file_whose_video_starts_after_its_audio_in_sync(
+        tmp_path: Path, astronaut_path: Path, suffix: str) -> None:
+    """A new user's trial: a video starting 0.5 s into the file (an OBS FLV or TS starts its
+    video a B-frame delay late) was recorded with its sound 500 ms (67 ms) late, exit 0: the
+    video was put at 0 and the audio kept the file's own times."""
+    from clips import write_clip
+
+    from livefuse.cli import main
+
+    late = 15  # frames: the video's first timestamp is 0.5 s, the audio's 0
+    src = write_clip(tmp_path / f"in{suffix}", [1001 * (late + i) for i in range(45)],
+                     Fraction(1, 30000), Fraction(30000, 1001), size=(160, 120),
+                     audio_tracks=1)
+    assert frame_times(src)[0] >= Fraction(1, 2) and audio_packets(src)[0][1] < Fraction(1, 10)
+    out = tmp_path / "rec.mp4"
+    assert main(["live", "-s", str(astronaut_path), "--video", str(src), "--record", str(out),
+                 "--engine", "classic"]) == 0
+    got = frame_times(out)
+    first = _offset(got, set(frame_times(src)))  # the file time of the first recorded frame
+    end = first + got[-1] + Fraction(1001, 30000)
+    want = [(t - first, data) for _, t, data in audio_packets(src) if first <= t < end]
+    rec_audio = [(t, data) for _, t, data in audio_packets(out)]
+    assert len(rec_audio) >= 10 and [d for _, d in rec_audio] == [d for _, d in want]
+    assert max(abs(a[0] - b[0]) for a, b in zip(rec_audio, want, strict=True)) < \
+        Fraction(1, 1000)
 
 
 def _offset(got: list[Fraction], grid: set[Fraction]) -> Fraction:

@@ -161,3 +161,52 @@ def test_an_mkv_output_of_a_finer_time_base_says_its_timestamps_are_rounded(
     assert transcode(src, tmp_path / "o.mp4", _same).time_base_written is None
     assert transcode(tmp_path / "o.mkv", tmp_path / "again.mkv", _same
                      ).time_base_written is None
+
+
+def _late_mkv(path: Path, frames: int = 45) -> Path:
+    """Matroska (it declares only the file's duration) whose video starts 0.5 s after its
+    audio."""
+    from fractions import Fraction
+
+    from clips import write_clip
+
+    return write_clip(path, [1001 * (15 + i) for i in range(frames)], Fraction(1, 30000),
+                      Fraction(30000, 1001), audio_tracks=1)
+
+
+def test_a_video_starting_after_its_audio_is_not_taken_for_a_cut_file(tmp_path: Path) -> None:
+    """The 0.5 s before the video counted as missing frames: "input ended early: 45 frames,
+    1.5 s of 2.0 s", exit 3, on a whole file."""
+    from livefuse.io.sources import EndOfStream, VideoFileSource
+
+    src = _late_mkv(tmp_path / "late.mkv")
+    assert transcode(src, tmp_path / "o.mkv", _same).incomplete is None
+    live = VideoFileSource(src)
+    live.open()
+    try:
+        with pytest.raises(EndOfStream) as ended:
+            while True:
+                live.read()
+        assert not str(ended.value), ended.value
+    finally:
+        live.close()
+
+
+def test_live_says_a_cut_matroska_file_ended_early(tmp_path: Path) -> None:
+    """A new user's trial: `live --video` on a cut-off MKV said "source ended", exit 0, where
+    `run` said "input ended early" (Matroska declares a duration, not a frame count)."""
+    from livefuse.io.sources import EndOfStream, VideoFileSource
+
+    whole = ntsc_clip(tmp_path / "whole.mkv", frames=120, audio_tracks=1)
+    cut = tmp_path / "cut.mkv"
+    data = whole.read_bytes()
+    cut.write_bytes(data[:len(data) * 2 // 5])
+    assert "input ended early" in str(transcode(cut, tmp_path / "o.mkv", _same).incomplete)
+    live = VideoFileSource(cut)
+    live.open()
+    try:
+        with pytest.raises(EndOfStream, match=r"input ended early: .* frames, .* s of"):
+            while True:
+                live.read()
+    finally:
+        live.close()

@@ -306,6 +306,11 @@ class MediaClock(Protocol):
         """Media time at which each pass over the file began (``[0]``, more when looping)."""
         ...
 
+    def origin(self) -> Fraction:
+        """Seconds on the file's own timeline at media time 0 (its first video frame's pts):
+        the file's audio is placed by it."""
+        ...
+
 
 RECORDER_BUFFER_BYTES = 192 * 2**20
 """Frames waiting for the recorder's encoder, in bytes (about one second of 1080p at 30 fps):
@@ -350,7 +355,10 @@ class _AudioCopier:
             self._inp.close()
             self._inp = av.open(str(self.clock.path))
             self._packets = self._demux()
-        offset = self.clock.pass_starts()[self.pass_index]
+        # on the video's media timeline, whose 0 is the first video frame: a file whose video
+        # starts after its audio (a B-frame delay, an OBS FLV or TS) came out of sync by that
+        # much when the audio kept the file's own times (a new user's trial: 67-500 ms late)
+        offset = self.clock.pass_starts()[self.pass_index] - self.clock.origin()
         return offset + Fraction(self._next.pts) * Fraction(self._next.time_base), self._next
 
     def mux_until(self, out: Any, t: Fraction) -> None:

@@ -221,6 +221,7 @@ class VideoFileSource:
         self._tb = Fraction(1, 1000)
         self._rate = Fraction(30)
         self._first_pts: int | None = None
+        self._pass_pts: tuple[int, int] | None = None  # this pass's first and last frame pts
         self._lock = threading.Lock()
         self._reads: deque[tuple[int, Fraction]] = deque(maxlen=1024)
         self._passes: list[Fraction] = []
@@ -258,6 +259,7 @@ class VideoFileSource:
         self._tb = Fraction(vs.time_base) if vs.time_base else 1 / self._rate
         self._frames = self._container.decode(vs)
         self._decoded = 0
+        self._pass_pts = None
         with self._lock:
             # a new pass (a loop, or a reopen) begins one frame after the last one shown
             start = Fraction(0) if self._last_media is None else self._last_media + 1 / self._rate
@@ -302,6 +304,9 @@ class VideoFileSource:
         if frame.pts is not None:
             if self._first_pts is None:
                 self._first_pts = frame.pts
+            first = frame.pts if self._pass_pts is None else self._pass_pts[0]
+            self._pass_pts = (first, max(frame.pts, self._pass_pts[1] if self._pass_pts
+                                         else frame.pts))
             media = self._passes[-1] + (frame.pts - self._first_pts) * self._tb
             with self._lock:
                 self._reads.append((time.perf_counter_ns(), media))
@@ -312,7 +317,11 @@ class VideoFileSource:
         """:func:`~livefuse.io.video.incomplete_reason` for this pass, naming the file."""
         from livefuse.io.video import incomplete_reason
 
-        why = incomplete_reason(self._decoded, self._declared, self._duration, None,
+        # the span the frames cover: a cut Matroska file declares only its duration (a new
+        # user's cut-off MKV ended with exit 0 where `run` said "input ended early")
+        covered = None if self._pass_pts is None else \
+            (self._pass_pts[1] - self._pass_pts[0]) * self._tb + 1 / self._rate
+        why = incomplete_reason(self._decoded, self._declared, self._duration, covered,
                                 self._rate, error)
         return None if why is None else f"video '{self.path}': {why}"
 
@@ -336,6 +345,11 @@ class VideoFileSource:
         """The media time each pass over the file began at."""
         with self._lock:
             return list(self._passes)
+
+    def origin(self) -> Fraction:
+        """Seconds on the file's own timeline of its first video frame (media time 0); 0
+        before a frame is read."""
+        return Fraction(self._first_pts or 0) * self._tb
 
     def close(self) -> None:
         with self._lock:

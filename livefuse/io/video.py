@@ -236,10 +236,19 @@ def part_path(dst: Path) -> Path:
 
 
 def _declared_duration(container: Any, vs: Any) -> Fraction | None:
+    """The video's declared duration (s) from its first timestamp: the stream's own, else the
+    container's less the time before the video starts (a Matroska file declares only the
+    whole file's, and a video that starts after its audio counted that gap as missing frames:
+    "input ended early", exit 3, on a whole file)."""
     if vs.duration and vs.time_base:
         return Fraction(vs.duration) * Fraction(vs.time_base)
     if container.duration:
-        return Fraction(container.duration, av.time_base)
+        whole = Fraction(container.duration, av.time_base)
+        if vs.start_time is not None and vs.time_base and container.start_time is not None:
+            late = Fraction(vs.start_time) * Fraction(vs.time_base) - \
+                Fraction(container.start_time, av.time_base)
+            whole -= max(late, Fraction(0))
+        return whole
     return None
 
 

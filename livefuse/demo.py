@@ -18,6 +18,11 @@ from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.run import RunSummary, run_image, run_video
 from livefuse.samples import astronaut, clip_face, insightface_image
 
+DEMO_FILES = ("source_astronaut.png", "t1_swapped.jpg", "clip.mp4", "clip_swapped.mp4")
+"""What the demo writes into its folder."""
+MARKER = ".livefuse-demo"
+"""Left in a demo folder: a later demo may replace the files there (they are its own)."""
+
 CLIP_SIZE = (640, 480)
 CLIP_FRAMES = 90
 CLIP_RATE = Fraction(30)
@@ -38,7 +43,8 @@ def check_out_dir(out_dir: Path) -> None:
     """Refuse a demo folder that cannot be one.
 
     Raises:
-        LivefuseError: ``out_dir`` is a file, or lies under one.
+        LivefuseError: ``out_dir`` is a file, or lies under one, or holds files of the names the
+            demo writes that no demo wrote (a folder with :data:`MARKER` is a demo's).
     """
     blocker = next((p for p in (out_dir.absolute(), *out_dir.absolute().parents)
                     if p.exists()), None)
@@ -47,6 +53,15 @@ def check_out_dir(out_dir: Path) -> None:
         where = "" if blocker == out_dir.absolute() else f": '{blocker}' above it"
         raise LivefuseError(f"demo output folder '{out_dir}'{where} is a file; give a folder "
                             "(--out)")
+    if not out_dir.is_dir() or (out_dir / MARKER).exists():
+        return
+    present = [name for name in DEMO_FILES if (out_dir / name).exists()]
+    # an earlier version's demo folder (no marker): its four files and nothing else
+    if present and sorted(p.name for p in out_dir.iterdir()) != sorted(DEMO_FILES):
+        # `--out ~/Videos` replaced the user's own clip.mp4 without a word (a new user's trial)
+        raise LivefuseError(f"demo output folder '{out_dir}' holds files of the names the demo "
+                            f"writes ({', '.join(present)}) that no demo wrote; give a new or "
+                            "empty folder (--out)")
 
 
 def run_demo(out_dir: Path, progress: bool = True,
@@ -58,6 +73,8 @@ def run_demo(out_dir: Path, progress: bool = True,
     """
     check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MARKER).write_text("written by `livefuse demo`: a later demo replaces its files\n",
+                                  encoding="utf-8")
     source_path = save_image(out_dir / "source_astronaut.png", astronaut())
     engine = Engine(config or EngineConfig(detect_every=3))
     engine.set_source(load_image(source_path))

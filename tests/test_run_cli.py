@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from livefuse.cli import main
-from livefuse.errors import EXIT_FAILED, SHARP_FACE_PX
+from livefuse.errors import EXIT_FAILED, SHARP_FACE_PX, LivefuseError
 from livefuse.imaging import load_image, save_image
 from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.io.video import probe, read_frames
@@ -313,6 +313,35 @@ def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("source_astronaut.png", "t1_swapped.jpg", "clip.mp4", "clip_swapped.mp4"):
         assert (tmp_path / "demo" / name).stat().st_size > 1000
     assert _audio_streams(tmp_path / "demo" / "clip_swapped.mp4") == ["aac"]
+
+
+def test_demo_never_replaces_files_it_did_not_write(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `demo --out` into a folder holding their own clip.mp4 replaced it
+    without a word; a demo's own folder (its marker, or an earlier version's four files and
+    nothing else) is replaced as before."""
+    from livefuse.demo import DEMO_FILES, MARKER, check_out_dir
+
+    mine = tmp_path / "videos"
+    mine.mkdir()
+    (mine / "clip.mp4").write_bytes(b"my own clip")
+    (mine / "notes.txt").write_text("x")
+    assert main(["demo", "--quiet", "--out", str(mine)]) == 2
+    assert "holds files of the names the demo writes (clip.mp4) that no demo wrote" in \
+        capsys.readouterr().err
+    assert (mine / "clip.mp4").read_bytes() == b"my own clip"
+    (mine / "clip.mp4").unlink()
+    check_out_dir(mine)  # other files only: the demo's are added beside them
+    old = tmp_path / "old-demo"
+    old.mkdir()
+    for name in DEMO_FILES:
+        (old / name).write_bytes(b"x")
+    check_out_dir(old)
+    (old / "extra.txt").write_text("x")
+    with pytest.raises(LivefuseError):
+        check_out_dir(old)
+    (old / MARKER).write_text("")
+    check_out_dir(old)
 
 
 def test_bench_prints_a_row_per_setting(capsys: pytest.CaptureFixture[str]) -> None:

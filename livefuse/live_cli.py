@@ -100,11 +100,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--loop", action="store_true", help="loop --video")
     cap = LIVE_DEFAULTS.capture
     p.add_argument("--width", type=at_least(1), default=cap.width,
-                   help="requested camera width (px)")
+                   help="requested camera width (px), and the virtual camera's")
     p.add_argument("--height", type=at_least(1), default=cap.height,
-                   help="requested camera height (px)")
+                   help="requested camera height (px), and the virtual camera's")
     p.add_argument("--fps", type=at_least(0, float, strict=True), default=cap.fps,
-                   help="requested camera / output fps")
+                   help="requested camera fps, and the virtual camera's (a --video file and "
+                        "its recording keep the file's own rate)")
     p.add_argument("--open-attempts", type=at_least(1), default=OPEN_ATTEMPTS,
                    help="give up after this many failed camera opens in a row")
     p.add_argument("--virtual-cam", action="store_true", help="send frames to a virtual camera")
@@ -119,7 +120,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--control-host", default=CONTROL_HOST, metavar="ADDR",
                    help="the control API's address: only this computer unless you name "
                         "another (plain HTTP: trusted networks only) (default: %(default)s)")
-    p.add_argument("--duration", type=at_least(0, float, strict=True), help="stop after S seconds")
+    p.add_argument("--duration", type=at_least(0, float, strict=True), metavar="S",
+                   help="stop after S seconds (default: run until Ctrl-C, or the end of "
+                        "--video)")
     p.set_defaults(func=run_live)
 
 
@@ -150,6 +153,44 @@ def app_config(args: argparse.Namespace, with_engine: bool = True) -> AppConfig:
     ).validate()
 
 
+def _refuse_unused_options(args: argparse.Namespace) -> None:
+    """Options that this session would accept and never use are refused, as `run` refuses
+    video options for an image (a new user's trial: `--fps 10 --width 100` with `--video`
+    recorded 640x360 at 30 fps, exit 0).
+
+    Raises:
+        ConfigError: naming each such option and why it does nothing here.
+    """
+    cap, cache = LIVE_DEFAULTS.capture, LIVE_DEFAULTS.cache
+    problems: list[str] = []
+    if args.video is not None:
+        if args.open_attempts != OPEN_ATTEMPTS:
+            problems.append(f"--open-attempts {args.open_attempts}: only for a camera")
+        # a file keeps its own size and rate; the virtual camera's format is the one use left
+        sized = [f"--{name} {value:g}" for name, value, default in
+                 (("width", args.width, cap.width), ("height", args.height, cap.height),
+                  ("fps", args.fps, cap.fps)) if value != default]
+        if sized and not args.virtual_cam:
+            problems.append(f"{', '.join(sized)}: with --video they set only the virtual "
+                            "camera's format (--virtual-cam); a file keeps its own size and "
+                            "rate, its recording too")
+    if args.cache is False and args.preset is None:
+        tuned = [f"--cache-{name} {value:g}" for name, value, default in
+                 (("refresh", args.cache_refresh, cache.refresh_every_n),
+                  ("threshold", args.cache_threshold, cache.threshold)) if value != default]
+        if tuned:
+            problems.append(f"{', '.join(tuned)}: the cache is off (--no-cache)")
+    if args.guard_hold_frames is not None and args.preset is None and \
+            (args.privacy_guard or GuardConfig().mode) != "hold":
+        problems.append(f"--guard-hold-frames {args.guard_hold_frames}: only for "
+                        "--privacy-guard hold")
+    if args.control_host != CONTROL_HOST and args.control_port is None:
+        problems.append(f"--control-host {args.control_host}: the control API is off without "
+                        "--control-port")
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
 def run_live(args: argparse.Namespace) -> int:
     """Run until Ctrl-C / SIGTERM, ``--duration``, the end of ``--video`` or a camera that cannot
     be opened; returns the exit code (1 when no frame was processed or the camera gave up).
@@ -177,6 +218,7 @@ def run_live(args: argparse.Namespace) -> int:
     if (args.source is None) == (args.preset is None):
         raise ConfigError("give the source face photo (-s PHOTO) or a preset (--preset NAME), "
                           "one of the two")
+    _refuse_unused_options(args)
     if args.preset is not None and settings_given(args):
         raise ConfigError(f"{' '.join(settings_given(args))}: --preset '{args.preset}' sets "
                           "the engine and cache settings; save a preset with them "

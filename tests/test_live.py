@@ -410,6 +410,32 @@ def test_live_cli_missing_video_is_a_clear_error(tmp_path: Path,
     assert "nope.mp4': file not found" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("options", "says"), [
+    (["--fps", "10", "--width", "100"], "--width 100, --fps 10: with --video they set only the "
+                                        "virtual camera's format (--virtual-cam)"),
+    (["--open-attempts", "3"], "--open-attempts 3: only for a camera"),
+    (["--no-cache", "--cache-refresh", "9"], "--cache-refresh 9: the cache is off (--no-cache)"),
+    (["--guard-hold-frames", "5"], "--guard-hold-frames 5: only for --privacy-guard hold"),
+    (["--control-host", "0.0.0.0"], "--control-host 0.0.0.0: the control API is off without "
+                                    "--control-port"),
+])
+def test_live_cli_options_this_session_would_not_use_are_refused(
+        tmp_path: Path, options: list[str], says: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: each was accepted and did nothing, exit 0 (`run` refuses video
+    options for an image)."""
+    from livefuse.cli import main
+    from livefuse.imaging import save_image
+    from livefuse.samples import astronaut
+
+    src = save_image(tmp_path / "src.png", astronaut())
+    clip = write_clip([np.zeros((64, 96, 3), np.uint8)] * 3, tmp_path / "c.mp4", audio=False)
+    assert main(["live", "-s", str(src), "--video", str(clip), *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("livefuse: error: ") and says in err, err
+    assert "[status]" not in err  # before any work
+
+
 @pytest.mark.parametrize(("name", "says"), [("rec.avi", "unsupported suffix '.avi'"),
                                              (".", "is a folder")])
 def test_live_cli_a_bad_recording_name_is_refused_first(

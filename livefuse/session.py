@@ -226,7 +226,8 @@ class Session:
                       source_face: LoadedImage | None = None,
                       reference: LoadedImage | None = None) -> None:
         """Refuse a recording path that is one of the session's inputs (the video standing in
-        for the camera, the source photo, the reference photo), however it is spelled
+        for the camera, the source photo, the reference photo, any stored preset's photo),
+        however it is spelled
         (:func:`livefuse.io.paths.check_output`). ``config``, ``source_face`` and ``reference``
         default to the session's own; :meth:`start`, :meth:`apply`, :meth:`prepare`,
         :meth:`set_source_face` and :meth:`set_reference` call it before they change anything.
@@ -240,10 +241,15 @@ class Session:
         source_face = source_face or self._source_face
         reference = reference or self._reference
         capture = config.capture
+        # every preset's photo too: the control API and the app switch to any of them (a new
+        # user's recording replaced another preset's photo, named with a video suffix, exit 0)
+        presets: dict[str, str | None] = {f"preset {p.name}'s photo": p.source.path
+                                          for p in self.presets.list() if isinstance(p, Preset)}
         check_output(config.output.record, {
             "video input": capture.video if capture.kind == "video" else None,
             "source photo": None if source_face is None else source_face.path,
             "reference photo": None if reference is None else reference.path,
+            **presets,
         }, what="recording")
 
     def _check_reference(self, config: AppConfig) -> None:

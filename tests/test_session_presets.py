@@ -208,3 +208,24 @@ def test_a_preset_saved_with_auto_shares_the_models_of_the_engine_auto_chose(
     assert not _same_models(auto, EngineConfig(engine="neural", models_dir=empty))
     assert not _same_models(EngineConfig(engine="classic", models_dir=empty),
                             EngineConfig(engine="classic", models_dir=str(tmp_path)))
+
+
+def test_a_recording_is_never_a_stored_presets_photo(store: PresetStore, tmp_path: Path) -> None:
+    """A new user's trial: `live --record` replaced another preset's photo (one named with a
+    video suffix), exit 0: only the session's own inputs were checked, while the control API
+    switches to any preset."""
+    from livefuse.config import OutputConfig
+    from livefuse.io.paths import OutputIsInputError
+
+    photo = Path(store.load("Hanks").source.path)
+    named = photo.with_suffix(".mp4")
+    photo.rename(named)  # a photo whose name says video: the recording's suffix check passes
+    store.save(Preset.of("Hanks", AppConfig(engine=ENGINE), PresetSource(path=str(named))))
+    cfg = AppConfig(capture=CaptureConfig(kind="test pattern"),
+                    output=OutputConfig(record=str(named)))
+    session = Session(cfg, presets=store)
+    with pytest.raises(OutputIsInputError, match="preset Hanks's photo"):
+        session.check_outputs()
+    elsewhere = OutputConfig(record=str(tmp_path / "rec.mp4"))
+    session.check_outputs(AppConfig(capture=CaptureConfig(kind="test pattern"),
+                                    output=elsewhere))

@@ -288,6 +288,8 @@ def run_live(args: argparse.Namespace) -> int:
     t_end = None if args.duration is None else time.monotonic() + args.duration
     failed: str | None = None
     incomplete: str | None = None
+    # said at the end, as `run` says it: the old file is kept until the new one is complete
+    replaces = args.record is not None and args.record.exists()
     try:
         session.start()
         while not stop.wait(1.0):
@@ -308,6 +310,8 @@ def run_live(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     processed = metrics.snapshot(memory=False).frames_processed
     print(f"frames processed: {processed}", flush=True)
+    if replaces and processed and not session.sink_errors:
+        print(f"note: '{args.record}' was there before and has been replaced", flush=True)
     where = f"video '{args.video}'" if args.video is not None else f"camera {args.camera}"
     for why in session.sink_errors:  # a recording lost is never an exit 0
         print(f"livefuse: error: {why}", file=sys.stderr)

@@ -135,8 +135,10 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "models", help="list, download, verify or import model files",
         description="The neural engine's model files: InsightFace's inswapper_128 and buffalo_l "
-                    "(det_10g, w600k_r50), for non-commercial research use only. Without a "
-                    "sub-command: list them.", formatter_class=HelpFormatter)
+                    "(det_10g, w600k_r50; InsightFace's terms: non-commercial research use "
+                    "only) and the optional ones (enhancers, masks, landmarks), each under its "
+                    "own licence, which `models list` shows. Without a sub-command: list "
+                    "them.", formatter_class=HelpFormatter)
     add_models_dir_arg(p, None)
     p.set_defaults(func=cmd_list)
     msub = p.add_subparsers(dest="models_command", metavar="COMMAND")

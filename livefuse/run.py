@@ -14,7 +14,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from livefuse.engine import Engine
-from livefuse.errors import LivefuseError, NothingSwappedError
+from livefuse.errors import FaceIndexError, LivefuseError, NothingSwappedError
 from livefuse.imaging import (
     ALPHA_SUFFIXES,
     IMAGE_SUFFIXES,
@@ -101,7 +101,13 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
     img = load_image(target)
     t0 = time.perf_counter()
     work = swap_colour(img)  # straight colour where it shows: see swap_colour
-    packet = engine.process_image(work)
+    try:
+        packet = engine.process_image(work)
+    except FaceIndexError as exc:
+        if exc.path is not None:
+            raise
+        # named as the source index's error is ("6 faces found" said where)
+        raise FaceIndexError(exc.index, exc.count, target) from None
     assert packet.output is not None
     summary = RunSummary(target=target, output=output, frames=1, faces_found=packet.found,
                          faces_swapped=packet.swapped,

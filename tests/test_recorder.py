@@ -232,3 +232,18 @@ def test_a_recording_says_how_its_colours_are_encoded(tmp_path: Path) -> None:
         got = next(c.decode(video=0)).to_ndarray(format="bgr24").astype(int)
     for x in (160, 480, 800, 1120):
         assert np.abs(got[:, x] - bars[:, x].astype(int)).max() <= 4, x
+
+
+def test_live_says_when_its_recording_replaced_a_file(
+        tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As `run` says it; a new user's trial found the file replaced without a word."""
+    from livefuse.cli import main
+
+    src = ntsc_clip(tmp_path / "in.mp4", frames=6, audio_tracks=0, size=(160, 120))
+    out = tmp_path / "rec.mp4"
+    args = ["live", "-s", str(astronaut_path), "--video", str(src), "--record", str(out),
+            "--engine", "classic"]
+    assert main(args) == 0
+    assert "was there before" not in capsys.readouterr().out
+    assert main(args) == 0
+    assert f"note: '{out}' was there before and has been replaced" in capsys.readouterr().out

@@ -87,7 +87,8 @@ def test_target_index_out_of_range(tmp_path: Path, astronaut_path: Path, t1_path
                 "--face-selector", "one", "--target-face-index", "9")
     assert code == 2
     err = capsys.readouterr().err
-    assert "face index 9 is out of range: 6 faces found" in err
+    # the file named, as the source index's error names its photo (a new user's trial)
+    assert f"face index 9 is out of range: 6 faces found in '{t1_path}'" in err
     assert not out.exists()
 
 

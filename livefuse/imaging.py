@@ -16,7 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import numpy.typing as npt
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from livefuse.errors import ImageLoadError
 from livefuse.types import Frame
@@ -44,6 +44,9 @@ class LoadedImage:
     alpha: npt.NDArray[np.uint8] | None
     path: Path
     straight: Frame | None = None
+    notes: tuple[str, ...] = ()
+    """What the 8-bit colour picture leaves out of the file (16-bit samples, a grey picture):
+    an output is written from the picture, so `run` says it."""
 
 
 def _to_uint8(arr: npt.NDArray[np.generic]) -> npt.NDArray[np.uint8]:
@@ -110,6 +113,7 @@ def load_image(path: str | os.PathLike[str], role: str | None = None) -> LoadedI
     p = _existing_file(Path(path), role)
     try:
         with Image.open(p) as im:
+            notes = _depth_notes(im)  # before load(), which drops the raw layout it reads
             im.load()  # decodes now so a truncated file fails here, not later
             bgr, alpha, straight = _decode(ImageOps.exif_transpose(im) or im)
     except UnidentifiedImageError as exc:
@@ -122,7 +126,21 @@ def load_image(path: str | os.PathLike[str], role: str | None = None) -> LoadedI
     if bgr.ndim != 3 or bgr.shape[0] == 0 or bgr.shape[1] == 0:
         raise ImageLoadError(p, f"decoded to an empty image of shape {bgr.shape}",
                              role)
-    return LoadedImage(bgr=bgr, alpha=alpha, path=p, straight=straight)
+    return LoadedImage(bgr=bgr, alpha=alpha, path=p, straight=straight, notes=notes)
+
+
+def _depth_notes(im: Image.Image) -> tuple[str, ...]:
+    """Notes for a file that the 8-bit colour picture does not hold as it is (a new user's
+    16-bit PNG came out 8-bit, and a grey one in colour, unsaid)."""
+    notes = []
+    # Pillow reads a 48-bit PNG as 8-bit RGB: only its raw layout ("RGB;16B") tells
+    tiles = im.tile if isinstance(im, ImageFile.ImageFile) else []
+    raw16 = any(";16" in str(tile[3]) for tile in tiles or ())
+    if im.mode.startswith("I") or im.mode == "F" or raw16:
+        notes.append("the target has more than 8 bits per sample; the output has 8")
+    if im.mode in ("L", "LA", "La", "1", "F") or im.mode.startswith("I"):
+        notes.append("the target is grey; the output is written in colour")
+    return tuple(notes)
 
 
 def check_image(path: str | os.PathLike[str], role: str | None = None) -> None:

@@ -122,15 +122,17 @@ def run_image(engine: Engine, target: Path, output: Path) -> RunSummary:
         raise NothingSwappedError(f"no face was swapped in '{target}': of the {packet.found} "
                                   "face(s) found, " + "; ".join(summary.skipped))
     out = packet.output
+    summary.input_notes = img.notes
+    summary.notes += img.notes
     if img.alpha is not None:
         out = keep_straight_colour(out, img, work)
         if output.suffix.lower() not in ALPHA_SUFFIXES:
             out = flatten_onto_black(out, img.alpha)
             if (img.alpha < 255).any():
-                summary.input_notes = (f"the target's transparency cannot be kept in "
-                                       f"{output.suffix}: it is flattened onto black (.png, "
-                                       ".webp or .tif keep it)",)
-                summary.notes += summary.input_notes
+                lost = (f"the target's transparency cannot be kept in {output.suffix}: it "
+                        "is flattened onto black (.png, .webp or .tif keep it)",)
+                summary.input_notes += lost
+                summary.notes += lost
     save_image(output, out, img.alpha)
     return summary
 

@@ -666,3 +666,22 @@ def test_a_write_the_system_refuses_gets_no_hint_about_audio_codecs() -> None:
     denied = av.error.PermissionError(13, "Permission denied")
     assert _hint_for(denied, hint) == ""
     assert _hint_for(av.error.InvalidDataError(1094995529, "Invalid data"), hint) == hint
+
+
+def test_a_deep_or_grey_image_says_what_its_output_is(
+        tmp_path: Path, astronaut_path: Path, t1_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: a 16-bit PNG came out 8-bit and a grey one in colour, unsaid."""
+    t1 = cv2.imread(str(t1_path))
+    grey = cv2.cvtColor(t1, cv2.COLOR_BGR2GRAY)
+    cases = {"c16.png": (t1.astype(np.uint16) * 257, ["more than 8 bits"]),
+             "g16.png": (grey.astype(np.uint16) * 257, ["more than 8 bits", "grey"]),
+             "g8.png": (grey, ["grey"]),
+             "c8.png": (t1, [])}
+    for name, (pixels, says) in cases.items():
+        cv2.imwrite(str(tmp_path / name), pixels)
+        assert _run("-s", astronaut_path, "-t", tmp_path / name, "-o", tmp_path / f"o_{name}") \
+            == 0
+        notes = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("note: ")]
+        assert len(notes) == len(says) and all(w in n for w, n in zip(says, notes, strict=True)), \
+            (name, notes)

@@ -202,16 +202,20 @@ class VirtualCameraSink(Sink):
         return cam
 
     def _run(self) -> None:
+        said = ""  # a retry that fails as the last one did says nothing new (once per change)
         while not self._stop.is_set():
             if not self._enabled.wait(0.1):
                 continue
             try:
                 cam = self._open()
             except Exception as exc:  # pyvirtualcam raises RuntimeError listing each backend
-                msg = " ".join(str(exc).split())
-                self.on_status(f"virtual camera missing: {msg}")
+                msg = f"virtual camera missing: {' '.join(str(exc).split())}"
+                if msg != said:
+                    self.on_status(msg)
+                said = msg
                 self._stop.wait(self.retry_s)
                 continue
+            said = ""
             self.device_name = str(cam.device)
             self.on_status(f"virtual camera on: {self.device_name} {self.width}x{self.height}")
             self._device_open.set()

@@ -181,6 +181,7 @@ def test_vcam_missing_device_counts_unsent_not_dropped(rec: type[Recording]) -> 
         wait_for(lambda: any("virtual camera missing" in s for s in statuses), "the status")
         for _ in range(40):
             cam.send(np.zeros((24, 32, 3), np.uint8), 0)
+        time.sleep(0.3)  # about six retries
     assert cam.unsent == 40 and cam.dropped == 0 and cam.frames_sent == 0
     assert "modprobe v4l2loopback" in statuses[0] or "v4l2 loopback" in statuses[0]
     # retried every 0.05 s meanwhile: the same failure is said once (a new user's trial read

@@ -50,7 +50,8 @@ EXTRAS: tuple[Extra, ...] = (
           (Package("PySide6-Essentials>=6.6,<6.12", "PySide6"),)),
     Extra("vcam", "the virtual camera (`live --virtual-cam`, the app's Virtual camera)",
           (Package("pyvirtualcam>=0.11", "pyvirtualcam"),)),
-    Extra("metrics", "`live --metrics-port` (Prometheus), and RSS and VRAM in the metrics line",
+    Extra("metrics", "`live --metrics-port` (Prometheus), and in the metrics line VRAM "
+          "(nvidia-ml-py) and RSS (psutil)",
           (Package("prometheus-client>=0.17", "prometheus_client"),
            Package("nvidia-ml-py>=12", "pynvml"), Package("psutil>=5.9", "psutil"))),
     Extra("torch", "the PyTorch swapper backend, and on a CUDA GPU the whole frame path on it "

@@ -100,6 +100,9 @@ def test_an_output_folder_inside_an_input_folder_is_not_read_as_input(tmp_path: 
     glob_plan = plan_items([str(tmp_path / "in" / "**" / "*.jpg")], tmp_path / "in" / "out",
                            recursive=True)
     assert [i.input for i in glob_plan.skipped] == [tmp_path / "in" / "x.jpg"]
+    # without --recursive the output folder is neither walked nor a hint about subfolders
+    flat = plan_items([str(tmp_path / "in")], tmp_path / "in" / "out")
+    assert flat.left_out == 0 and flat.below == []
 
 
 def test_inputs_inside_the_output_folder_are_inputs(tmp_path: Path) -> None:

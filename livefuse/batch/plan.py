@@ -268,9 +268,11 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
                                        and not _is_ours(f.relative_to(p))))
             files = [f for f in every if _media(f)]
             other += [f for f in every if not _media(f)]
+            # counted, not walked: files of the output folder are no hint (nor left out twice)
             deeper = 0 if recursive else sum(
-                1 for f in walked(raw, [f for f in p.glob("*/**/*") if f.is_file()
-                                        and _media(f) and not _is_ours(f.relative_to(p))]))
+                1 for f in p.glob("*/**/*") if f.is_file() and _media(f)
+                and not _is_ours(f.relative_to(p))
+                and (out_root is None or out_root not in f.resolve().parents))
             if not files:
                 problems.append((raw, "folder holds no image or video"
                                  + ("" if recursive else " (subfolders need --recursive)")))

@@ -370,6 +370,7 @@ def test_live_cli_refuses_a_recording_it_cannot_write_and_never_loses_one_with_e
 
     from livefuse.cli import main
     from livefuse.io.sinks import RecorderSink
+    from livefuse.io.video import probe
     from livefuse.live_cli import add_parser
 
     face = tmp_path / "face.png"
@@ -378,11 +379,17 @@ def test_live_cli_refuses_a_recording_it_cannot_write_and_never_loses_one_with_e
     (tmp_path / "afile").write_text("x")
     for bad, why in ((tmp_path / "dir.mp4", "is a folder"),
                      (tmp_path / "afile" / "x.mp4", "is a file"),
-                     (tmp_path / "nope" / "x.mp4", "does not exist")):
+                     (tmp_path / "afile" / "deeper" / "x.mp4", "is a file")):
         assert main(["live", "-s", str(face), "--video", str(clip_path), "--record", str(bad),
                      "--duration", "1"]) == 2
         err = capsys.readouterr().err
         assert why in err and "Traceback" not in err, err
+    # a missing folder is made with the recording, as `run` makes an output's (a new user's
+    # trial found it refused here and made there)
+    new = tmp_path / "new" / "deeper" / "x.mp4"
+    assert main(["live", "-s", str(face), "--video", str(clip_path), "--record", str(new),
+                 "--duration", "1"]) == 0
+    assert probe(new).width > 0
 
     def broken(self: RecorderSink, *a: object) -> None:
         raise OSError(28, "No space left on device")

@@ -449,10 +449,13 @@ class RecorderSink(Sink):
                                         "use .mp4, .mkv or .mov")
         # the file opens at the first frame, on the writer thread: a path that cannot be
         # written is refused now, before a session runs for nothing
-        folder = self.path.parent
+        # a missing folder is made with the file, as `run` makes an output's (a new user's
+        # trial: `live --record new/rec.mp4` was refused where `run -o new/x.png` was not)
+        folder = next((p for p in (self.path.parent.absolute(),
+                                   *self.path.parent.absolute().parents) if p.exists()),
+                      Path("/"))
         if not folder.is_dir():
-            raise VideoError(self.path, f"folder '{folder}' " + (
-                "is a file" if folder.exists() else "does not exist"))
+            raise VideoError(self.path, f"folder '{folder}' is a file")
         if not os.access(folder, os.W_OK | os.X_OK):
             raise VideoError(self.path, f"folder '{folder}' is not writable")
         self.fps, self.crf, self.on_status, self.clock = fps, crf, on_status, clock

@@ -1064,15 +1064,24 @@ def test_the_chunk_note_never_says_about_0_s() -> None:
     @dataclass(frozen=True)
     class Item:
         seconds: float
+        frames: int = 0
 
     @dataclass(frozen=True)
     class Unit:
         item: Item
         chunks: int
+        frames: int = 0
 
     short, long = [Unit(Item(1.2), 3)], [Unit(Item(12.0), 3)]
     assert "3 chunks of about 0.4 s," in chunked_note(short, 1)[0]  # type: ignore[arg-type]
     assert "3 chunks of about 4 s," in chunked_note(long, 1)[0]  # type: ignore[arg-type]
+    # cut only at keyframes, chunks can differ: their range, not a mean no chunk has (a new
+    # user's "7 chunks of about 1 s" were 2 s and 1 s pieces)
+    clip = Item(9.0, 270)
+    uneven = [Unit(clip, 7, n) for n in (60, 30, 60, 30, 30, 30, 30)]
+    assert "7 chunks of 1-2 s," in chunked_note(uneven, 2)[0]  # type: ignore[arg-type]
+    even = [Unit(clip, 3, 90)] * 3
+    assert "3 chunks of about 3 s," in chunked_note(even, 2)[0]  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("option", [["--crf", "20"], ["--video-encoder", "libx264"],

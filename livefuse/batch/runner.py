@@ -289,8 +289,18 @@ def chunked_note(units: Sequence[Unit], workers: int, asked: float | None = None
     # a new user's --chunk-seconds 2 gave "chunks of about 8 s" with no word on why
     why = (f" (not the {asked:g} s asked: a cut goes only where the input has a keyframe, "
            "and its keyframes lie further apart)" if asked and seconds > 1.5 * asked else "")
-    length = f"{seconds:.0f}" if seconds >= 2 else f"{seconds:.1g}"  # not "about 0 s"
-    return [f"{videos} cut at keyframes into {chunks} chunks of about {length} s{why}, "
+    def text(s: float) -> str:
+        return f"{s:.0f}" if s >= 2 else f"{s:.1g}"  # not "about 0 s"
+
+    # each chunk's own length from its frames: cut only at keyframes, chunks can differ (a new
+    # user's "7 chunks of about 1 s" were 2 s and 1 s pieces)
+    lengths = [u.frames * u.item.seconds / u.item.frames for u in units
+               if u.chunks > 1 and u.frames > 0 and u.item.frames > 0]
+    size = f"of about {text(seconds)} s"
+    if lengths and max(lengths) > 1.3 * min(lengths) and text(min(lengths)) != \
+            text(max(lengths)):
+        size = f"of {text(min(lengths))}-{text(max(lengths))} s"
+    return [f"{videos} cut at keyframes into {chunks} chunks {size}{why}, "
             f"processed {how} and joined (every frame, timestamp and audio packet of the input "
             "kept)"]
 

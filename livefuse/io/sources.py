@@ -304,9 +304,8 @@ class VideoFileSource:
         if frame.pts is not None:
             if self._first_pts is None:
                 self._first_pts = frame.pts
-            first = frame.pts if self._pass_pts is None else self._pass_pts[0]
-            self._pass_pts = (first, max(frame.pts, self._pass_pts[1] if self._pass_pts
-                                         else frame.pts))
+            start, last = self._pass_pts or (frame.pts, frame.pts)
+            self._pass_pts = (start, max(last, frame.pts))
             media = self._passes[-1] + (frame.pts - self._first_pts) * self._tb
             with self._lock:
                 self._reads.append((time.perf_counter_ns(), media))

@@ -146,7 +146,8 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
                         f"clone, washes identity out) (default: {d.blend})")
     p.add_argument("--keep-mouth", action=argparse.BooleanOptionalAction, default=None,
                    help="keep the target's open inner mouth (teeth, tongue) over the swap: the "
-                        "classic engine finds it from its 68 landmarks, the neural one with the "
+                        "classic engine finds it from its 68 landmarks (and leaves out the "
+                        "source's own teeth), the neural one with the "
                         "face parser, so there only with --face-mask-types region (default: on "
                         "wherever the engine can)")
     p.add_argument("--rotation", choices=ROTATION_CHOICES, default=d.rotation,

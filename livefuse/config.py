@@ -95,7 +95,8 @@ class EngineConfig:
         target_face_index: with ``one``: ``None`` = the largest face, else the index in
             left-to-right order of bbox centres.
         detect_every: run the detector every k frames and track landmarks in between (video only).
-        keep_mouth: keep the target's inner mouth (teeth, tongue) on the swapped face.
+        keep_mouth: keep the target's inner mouth (teeth, tongue) on the swapped face; the
+            classic engine also leaves out the source's own teeth (its lips are swapped).
         blend: ``feather`` (fast, for live) or ``seamless`` (Poisson, slower).
         jaw_from_target: 0..1, how far the swapped jaw line follows the target's jaw
             (0 = the source's face shape, 1 = the target's).

@@ -19,7 +19,13 @@ from livefuse.engine import Engine
 from livefuse.errors import NoFaceError
 from livefuse.faces.selection import choose_source_face, detect_robust
 from livefuse.imaging import load_image, save_image
-from livefuse.swap.classic import ClassicSwapper, destination_shape, turned
+from livefuse.swap.classic import (
+    ClassicSwapper,
+    destination_shape,
+    prepare_source,
+    source_teeth,
+    turned,
+)
 from livefuse.swap.paste import paste, paste_all
 from livefuse.testing.facecheck import FaceCheck
 from livefuse.types import StagedFrame
@@ -186,6 +192,41 @@ def test_a_near_profile_takes_its_own_shape_and_no_pale_strip(swapped_t1, check)
         boxes[i].center().x - centre[0], boxes[i].center().y - centre[1])))
     excess = rows[joey]["ashen"] - own[joey]["ashen"]
     assert excess <= 3.0, round(excess, 1)
+
+
+def _lips_below_cheeks(image: np.ndarray, landmarks: np.ndarray) -> float:
+    """How many L levels (8-bit LAB) a face's lip band (outer lips without the inner mouth) is
+    darker than its cheeks (below the eyes, beside the nose), medians."""
+    light = cv2.cvtColor(image, cv2.COLOR_BGR2LAB)[..., 0].astype(np.float32)
+    lm = np.round(landmarks).astype(np.int32)
+    lips, cheeks = np.zeros(image.shape[:2], np.uint8), np.zeros(image.shape[:2], np.uint8)
+    cv2.fillPoly(lips, [lm[48:60]], 1)
+    cv2.fillPoly(lips, [lm[60:68]], 0)
+    for side in ([1, 2, 3, 48, 31, 39], [15, 14, 13, 54, 35, 42]):
+        cv2.fillConvexPoly(cheeks, lm[side], 1)
+    return float(np.median(light[cheeks > 0]) - np.median(light[lips > 0]))
+
+
+def test_the_sources_teeth_are_found_and_never_laid_on_lips(swapped_t1, analyser,  # type: ignore[no-untyped-def]
+                                                             astronaut_bgr) -> None:
+    """The astronaut smiles with her teeth showing, and the 68-point fit puts her inner-lip
+    points on them: her teeth reach into the lip band, and pasted with it they laid white lips on
+    t1.jpg's closed mouths (medians: Rachel's lips 6 L levels lighter than her cheeks,
+    Chandler's 4 darker; 54 and 30 darker in the original). :func:`source_teeth` finds them and
+    the swap leaves them out, the target's own lips showing there: 27 and 10 darker."""
+    face = max(analyser.detect(astronaut_bgr), key=lambda f: float(f.bbox[2] - f.bbox[0]))
+    source = prepare_source(astronaut_bgr, face)
+    assert source.teeth is not None
+    inner = np.zeros(source.teeth.shape, np.uint8)
+    cv2.fillPoly(inner, [np.round(source.landmarks[60:68]).astype(np.int32)], 255)
+    beyond = int(np.count_nonzero(source.teeth & ~inner))
+    assert beyond > 0.5 * np.count_nonzero(inner), (beyond, np.count_nonzero(inner))
+    t1 = swapped_t1[1]
+    for f in analyser.detect(t1):  # closed, dark or shaded mouths: no teeth taken for lips
+        assert source_teeth(t1, f.landmarks) is None
+    _, t1, packet = swapped_t1
+    below = [_lips_below_cheeks(packet.output, f.landmarks) for f in packet.faces]
+    assert min(below) >= 8.0, [round(b, 1) for b in below]
 
 
 def test_the_shape_follows_a_turned_target_only() -> None:

@@ -1,6 +1,6 @@
 """The offline classic swapper: a landmark warp of the source face onto the target, the target's
-own shading and skin colour under the source's detail, the target's inner mouth kept, then a
-feathered or seamless (Poisson) blend.
+own shading and skin colour under the source's detail, the target's inner mouth kept (and the
+source's teeth left out), then a feathered or seamless (Poisson) blend.
 
 The warp's destination is the *source's* face shape placed on the target by a similarity transform
 (so the identity-carrying geometry of eyes, nose and brows is the source's), blended toward the
@@ -37,8 +37,9 @@ from livefuse.types import Face, FloatArray, Frame, Patch, StagedFrame
 # They move little with expression (iBUG 300-W indices).
 _STABLE = np.r_[17:27, 27:36, 36:48]
 _MOUTH = slice(48, 68)
+_OUTER_LIPS = slice(48, 60)
 # Regions left out of the shading estimate (iBUG 300-W): brows, eyes, nose wings, outer lips.
-_FEATURES = (slice(17, 22), slice(22, 27), RIGHT_EYE, LEFT_EYE, slice(31, 36), slice(48, 60))
+_FEATURES = (slice(17, 22), slice(22, 27), RIGHT_EYE, LEFT_EYE, slice(31, 36), _OUTER_LIPS)
 
 # Sizes relative to the target's face size: the square root of its landmark hull's area in px
 # (about 0.75 x a dlib box width). Chosen by the sweep in docs/CLASSIC.md on t1.jpg: lower cut-offs
@@ -89,6 +90,13 @@ _RELIEF_MIN_GAIN = 0.3
 _SPECULAR_RISE = 8.0
 _SPECULAR_SPAN = 0.3
 _SPECULAR_CUT = 0.8
+# A 68-point fit of a smiling source puts its inner-lip points on its teeth, so the teeth reach
+# into its lip band and would lay white lips on a target whose mouth is closed (Rachel in
+# t1.jpg: lips 9.6 L levels lighter than her cheeks, against 11.8 darker on the astronaut).
+# Teeth show when the inner mouth is this many L levels (8-bit LAB) lighter than the lip band
+# (medians): the astronaut's are 23 lighter; t1.jpg's six mouths, closed, dark or with
+# shaded teeth, read -60 to +9 (docs/CLASSIC.md, "The mouth")
+_TEETH_RISE = 15.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,8 @@ class ClassicSource:
         face: the source face in its photo's coordinates.
         path: the photo it came from, when known.
         face_px: the square root of the area of the landmarks' hull, px (0: unknown).
+        teeth: ``(h, w) uint8`` 255 on the teeth the source shows (:func:`source_teeth`), or
+            ``None`` when it shows none.
     """
 
     crop: Frame
@@ -111,6 +121,42 @@ class ClassicSource:
     face: Face
     path: Path | None = None
     face_px: float = 0.0
+    teeth: npt.NDArray[np.uint8] | None = None
+
+
+def source_teeth(crop: Frame, landmarks: FloatArray) -> npt.NDArray[np.uint8] | None:
+    """Where a source face shows its teeth: ``(h, w) uint8``, 255 on them, or ``None`` when its
+    inner mouth is not :data:`_TEETH_RISE` lighter than its lips (closed, or dark inside).
+
+    The inner mouth (landmarks 60-67) grown into the outer lips' hull over the pixels lighter
+    than halfway between the two medians, connected to it: the teeth a fit on them left in the
+    lip band, not a lip's highlight elsewhere.
+
+    Args:
+        crop: ``(h, w, 3) uint8 BGR`` around the source face.
+        landmarks: ``(68, 2) float32`` in ``crop`` coordinates (iBUG 300-W).
+    """
+    shape = crop.shape[:2]
+    outer = np.zeros(shape, np.uint8)
+    cv2.fillConvexPoly(outer, cv2.convexHull(np.round(landmarks[_OUTER_LIPS]).astype(np.int32)),
+                       255)
+    inner = np.zeros(shape, np.uint8)
+    cv2.fillPoly(inner, [np.round(landmarks[INNER_MOUTH]).astype(np.int32)], 255)
+    band = (outer > 0) & (inner == 0)
+    if cv2.countNonZero(inner) < 10 or not band.any():
+        return None
+    light = np.asarray(cv2.cvtColor(crop, cv2.COLOR_BGR2LAB), np.float32)[..., 0]
+    teeth_l, lips_l = float(np.median(light[inner > 0])), float(np.median(light[band]))
+    if teeth_l - lips_l < _TEETH_RISE:
+        return None
+    lighter = ((light > (teeth_l + lips_l) / 2) & (outer > 0)) | (inner > 0)
+    _, parts = cv2.connectedComponents(lighter.astype(np.uint8), connectivity=8)
+    touching = np.unique(parts[inner > 0])
+    found = np.isin(parts, touching[touching > 0]).astype(np.uint8) * 255
+    # the gaps between teeth closed, and a pixel more: the fit's edge pixels are half lip
+    round3 = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (3, 3))
+    grown = cv2.dilate(cv2.morphologyEx(found, cv2.MORPH_CLOSE, round3), round3)
+    return np.asarray(cv2.bitwise_and(grown, outer), np.uint8)
 
 
 def prepare_source(image: Frame, face: Face, path: Path | None = None) -> ClassicSource:
@@ -135,7 +181,7 @@ def prepare_source(image: Frame, face: Face, path: Path | None = None) -> Classi
     # Coincident inner-lip points make degenerate triangles; they add nothing and slow the warp.
     tri = tri[area > 0.5]
     return ClassicSource(crop=crop, landmarks=local, triangles=tri, face=face, path=path,
-                         face_px=_hull_px(local))
+                         face_px=_hull_px(local), teeth=source_teeth(crop, local))
 
 
 def _hull_px(points: FloatArray) -> float:
@@ -246,7 +292,7 @@ def _skin_weight(hull: npt.NDArray[np.uint8], landmarks: FloatArray, grow_px: fl
     return skin.astype(np.float32) * np.float32(1.0 / 255.0)
 
 
-_EYES_AND_LIPS = (RIGHT_EYE, LEFT_EYE, slice(48, 60))
+_EYES_AND_LIPS = (RIGHT_EYE, LEFT_EYE, _OUTER_LIPS)
 
 
 def face_weights(source_hull: npt.NDArray[np.uint8], source_lm: FloatArray,
@@ -592,6 +638,10 @@ class ClassicSwapper:
         mask = source_hull & target_hull
         if cfg.keep_mouth:
             cv2.fillPoly(mask, [np.round(tgt_local[INNER_MOUTH]).astype(np.int32)], 0)
+            if source.teeth is not None:  # the source's mouth is never pasted either
+                teeth = cv2.remap(source.teeth, map_x, map_y, cv2.INTER_LINEAR,
+                                  borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+                mask[teeth > 127] = 0
         if cv2.countNonZero(mask) < 36:
             return None
         alpha = _feather_alpha(mask, face_px) if cfg.blend == "feather" else mask

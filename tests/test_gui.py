@@ -46,6 +46,7 @@ from livefuse.config import (
     PRECISION_CHOICES,
     RESOLUTION_CHOICES,
     AppConfig,
+    CacheConfig,
     CaptureConfig,
     EngineConfig,
     GuardConfig,
@@ -340,6 +341,29 @@ def test_precision_and_backend_are_disabled_for_the_classic_engine(qtbot: Any,
     s.engine.setCurrentIndex(s.engine.findData("neural"))
     assert s.precision.isEnabled() and s.backend.isEnabled() and s.device.isEnabled()
     assert s.precision.toolTip() != NEURAL_ONLY_TIP
+
+
+def test_the_panel_keeps_every_value_the_cli_can_store(qtbot: Any) -> None:
+    """An option trial: values the CLI and settings.toml take but the panel's narrower ranges
+    and fewer decimals could not show were clamped or rounded and written back at the first
+    edit (threshold 0.3 -> 0.5, refresh 200 -> 120, detect every 90 -> 60, face 120 -> 99,
+    enhancer blend 80.5 -> 80, mask blur 0.333 -> 0.33). The blend had no control at all."""
+    from livefuse_ui.settings_panel import SettingsPanel
+
+    cfg = AppConfig(
+        engine=EngineConfig(detect_every=90, target_face_index=120, face_selector="one",
+                            enhancer_blend=80.5, face_mask_blur=0.333, blend="seamless"),
+        cache=CacheConfig(threshold=0.3, refresh_every_n=200)).validate()
+    panel = SettingsPanel(cfg)
+    qtbot.addWidget(panel)
+    assert panel.config(cfg) == cfg
+    assert panel.blend.currentText() == "seamless" and panel.blend.isEnabled()
+    panel.blend.setCurrentText("feather")
+    panel.threshold.setValue(0.75)
+    edited = panel.config(cfg)
+    assert (edited.engine.blend, edited.cache.threshold) == ("feather", 0.75)
+    panel.engine.setCurrentIndex(panel.engine.findData("neural"))
+    assert not panel.blend.isEnabled()  # the CLI refuses --blend with the neural engine
 
 
 def test_face_panel_edits_reach_the_config_and_are_off_for_the_classic_engine(

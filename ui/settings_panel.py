@@ -43,6 +43,7 @@ from PySide6.QtWidgets import (
 
 from livefuse.config import (
     BACKEND_CHOICES,
+    BLEND_CHOICES,
     CONTROL_HOST,
     ENGINE_REQUEST_CHOICES,
     ENHANCER_CHOICES,
@@ -55,6 +56,7 @@ from livefuse.config import (
     ROTATION_CHOICES,
     AppConfig,
     Backend,
+    BlendMode,
     CacheConfig,
     ControlConfig,
     GuardConfig,
@@ -64,6 +66,10 @@ from livefuse.config import (
 from livefuse.errors import ConfigError
 from livefuse.models.engine_choice import EngineChoice
 
+_INT_MAX = 2**31 - 1  # QSpinBox's own limit: the CLI sets none on these
+CLASSIC_ONLY_TIP = "Applies to the classic engine only: the neural engine pastes with its masks"
+BLEND_TIP = ("feather: a soft alpha edge, keeps the source's identity; seamless: Poisson "
+             "cloning, matches the light at the edge but washes identity out")
 NEURAL_ONLY_TIP = ("Applies to the neural engine only: the classic engine runs dlib and OpenCV "
                    "on the CPU in float32")
 PRECISION_TIP = "auto: fp16 on CUDA with compute capability >= 7.0, else fp32"
@@ -94,6 +100,13 @@ def _combo(choices: tuple[str, ...]) -> QComboBox:
     for choice in choices:
         box.addItem(choice, choice)
     return box
+
+
+def _shown(spin: QDoubleSpinBox, stored: float) -> float:
+    """The spin box's value, or ``stored`` when the box shows ``stored`` rounded to its decimals:
+    a value set from the CLI or settings.toml (0.333) is kept until the user changes it."""
+    shown = round(spin.value(), spin.decimals())
+    return stored if round(stored, spin.decimals()) == shown else shown
 
 
 def _select(box: QComboBox, value: str, label: str | None = None) -> None:
@@ -154,18 +167,22 @@ class SettingsPanel(QWidget):
         self.backend = _combo(BACKEND_CHOICES)
         self.cache_enabled = QCheckBox("Pose-similarity cache")
         self.threshold = QDoubleSpinBox()
-        self.threshold.setRange(0.50, 1.00)
+        # the ranges config.py validates (and the CLI takes): a stored value outside a narrower
+        # range was clamped and written back at the first edit (an option trial: a threshold
+        # of 0.3 became 0.5, a refresh of 200 became 120)
+        self.threshold.setRange(0.01, 1.00)
         self.threshold.setSingleStep(0.01)
         self.threshold.setDecimals(2)
         self.refresh = QSpinBox()
-        self.refresh.setRange(1, 120)
+        self.refresh.setRange(1, _INT_MAX)
         self.refresh.setSuffix(" frames")
         self.detect_every = QSpinBox()
-        self.detect_every.setRange(1, 60)
+        self.detect_every.setRange(1, _INT_MAX)
         self.detect_every.setSuffix(" frames")
         for spin in (self.refresh, self.detect_every):
             spin.setSpecialValueText("1 frame")  # the minimum, in the singular
         self.keep_mouth = QCheckBox("Keep the target's mouth")
+        self.blend = _combo(BLEND_CHOICES)
         self.rotation = _combo(ROTATION_CHOICES)
         self.smooth = QCheckBox("Steady landmarks")
         self.pixel_boost = _combo(tuple(str(v) for v in PIXEL_BOOST_CHOICES))
@@ -181,12 +198,13 @@ class SettingsPanel(QWidget):
         self.mask_blur.setSingleStep(0.05)
         self.mask_blur.setDecimals(2)
         self.enhancer = _combo((NO_ENHANCER, *ENHANCER_CHOICES))
-        self.enhancer_blend = QSpinBox()
-        self.enhancer_blend.setRange(0, 100)
+        self.enhancer_blend = QDoubleSpinBox()
+        self.enhancer_blend.setRange(0.0, 100.0)
+        self.enhancer_blend.setDecimals(1)
         self.enhancer_blend.setSuffix(" %")
         self.face_selector = _combo(FACE_SELECTOR_CHOICES)
         self.face_index = QSpinBox()
-        self.face_index.setRange(-1, 99)
+        self.face_index.setRange(-1, _INT_MAX)
         self.face_index.setSpecialValueText(LARGEST)  # -1: no index, the largest face
         self.reference_label = QLabel(NO_REFERENCE)
         self.reference_label.setWordWrap(True)
@@ -242,9 +260,9 @@ class SettingsPanel(QWidget):
         self.refresh.setToolTip("Force a fresh swap after this many frames of reuse")
         self.detect_every.setToolTip("Run the face detector every k frames; track in between")
         self.vcam.setToolTip("Send the swapped frames (never the overlay) to a virtual camera")
-        self.rotation.setToolTip("auto: when no face is upright, try the frame turned by 90, 180 "
-                                 "and 270 degrees (up to 4x detection on frames without a face); "
-                                 "always: every detection")
+        self.rotation.setToolTip("auto: when no face is upright or one lies on its side, also "
+                                 "try the frame turned by every 45 degrees (up to 8x detection "
+                                 "on frames without a face); always: at every detection")
         self.smooth.setToolTip("A One-Euro filter on each face's landmarks: no shimmer on a "
                                "still face, no visible lag on a moving one")
         self.pixel_boost.setToolTip("Swap at this size: the 128 px model on 2x2, 3x3 or 4x4 "
@@ -284,6 +302,7 @@ class SettingsPanel(QWidget):
         ef.addRow("Rotated faces", self.rotation)
         ef.addRow(self.smooth)
         ef.addRow(self.keep_mouth)
+        ef.addRow("Blend (classic)", self.blend)
         targets_box = QGroupBox("Target faces")
         tf = QFormLayout(targets_box)
         tf.addRow("Swap", self.face_selector)
@@ -340,7 +359,8 @@ class SettingsPanel(QWidget):
         self.set_devices([])
         self.set_config(config or AppConfig())
         for combo in (self.engine, self.device, self.precision, self.backend, self.rotation,
-                      self.pixel_boost, self.enhancer, self.face_selector, self.guard_mode):
+                      self.blend, self.pixel_boost, self.enhancer, self.face_selector,
+                      self.guard_mode):
             combo.currentIndexChanged.connect(self._edited)
         for spinner in (self.threshold, self.refresh, self.detect_every, self.mask_blur,
                         self.enhancer_blend, self.face_index, self.hold_frames,
@@ -356,7 +376,7 @@ class SettingsPanel(QWidget):
     def _widgets(self) -> tuple[QWidget, ...]:
         return (self.engine, self.device, self.precision, self.backend, self.threshold,
                 self.refresh, self.detect_every, self.cache_enabled, self.keep_mouth, self.vcam,
-                self.rotation, self.smooth, self.pixel_boost, *self.masks.values(),
+                self.rotation, self.blend, self.smooth, self.pixel_boost, *self.masks.values(),
                 self.regions, self.mask_blur, self.enhancer, self.enhancer_blend,
                 self.face_selector, self.face_index, self.record, self.guard_mode,
                 self.hold_frames, self.control_enabled, self.control_host, self.control_port)
@@ -448,6 +468,7 @@ class SettingsPanel(QWidget):
             self.vcam.setChecked(cfg.output.virtual_camera)
             e = cfg.engine
             self.rotation.setCurrentText(e.rotation)
+            self.blend.setCurrentText(e.blend)
             self.smooth.setChecked(e.smooth)
             self.pixel_boost.setCurrentText(str(e.pixel_boost))
             for name, box in self.masks.items():
@@ -458,7 +479,7 @@ class SettingsPanel(QWidget):
                                    else Qt.CheckState.Unchecked)
             self.mask_blur.setValue(e.face_mask_blur)
             self.enhancer.setCurrentText(e.enhancer or NO_ENHANCER)
-            self.enhancer_blend.setValue(round(e.enhancer_blend))
+            self.enhancer_blend.setValue(e.enhancer_blend)
             _select(self.guard_mode, cfg.guard.mode)
             self.hold_frames.setValue(cfg.guard.hold_frames)
             self.control_enabled.setChecked(cfg.control.enabled)
@@ -471,7 +492,7 @@ class SettingsPanel(QWidget):
 
     def config(self, base: AppConfig) -> AppConfig:
         """``base`` with the values the widgets show; everything the panel does not edit
-        (capture, mirror, device, blend, ...) is kept.
+        (capture, mirror, face_mask_padding, ...) is kept.
 
         Raises:
             ConfigError: the combination is invalid.
@@ -492,16 +513,17 @@ class SettingsPanel(QWidget):
             backend=cast(Backend, self.backend.currentText()),
             detect_every=self.detect_every.value(), keep_mouth=self.keep_mouth.isChecked(),
             rotation=cast(Rotation, self.rotation.currentText()), smooth=self.smooth.isChecked(),
+            blend=cast(BlendMode, self.blend.currentText()),
             pixel_boost=int(self.pixel_boost.currentText()),
             face_mask_types=tuple(n for n, b in self.masks.items() if b.isChecked()),
             face_mask_regions=tuple(
                 self.regions.item(i).text() for i in range(self.regions.count())
                 if self.regions.item(i).checkState() == Qt.CheckState.Checked),
-            face_mask_blur=round(self.mask_blur.value(), 2),
+            face_mask_blur=_shown(self.mask_blur, base.engine.face_mask_blur),
             enhancer=None if enhancer == NO_ENHANCER else enhancer,
-            enhancer_blend=float(self.enhancer_blend.value()))
+            enhancer_blend=_shown(self.enhancer_blend, base.engine.enhancer_blend))
         cache = CacheConfig(enabled=self.cache_enabled.isChecked(),
-                            threshold=round(self.threshold.value(), 2),
+                            threshold=_shown(self.threshold, base.cache.threshold),
                             refresh_every_n=self.refresh.value())
         record = self._record_path if self.record.isChecked() and self._record_path else None
         output = dataclasses.replace(base.output, virtual_camera=self.vcam.isChecked(),
@@ -575,6 +597,8 @@ class SettingsPanel(QWidget):
         # swaps the mouth, so the box would be ignored (the CLI refuses the option there)
         self.keep_mouth.setEnabled(not neural or region)
         self.keep_mouth.setToolTip("" if not neural or region else KEEP_MOUTH_TIP)
+        self.blend.setEnabled(not neural)
+        self.blend.setToolTip(BLEND_TIP if not neural else CLASSIC_ONLY_TIP)
         self.mask_blur.setEnabled(self.masks["box"].isChecked())
         self.enhancer_blend.setEnabled(self.enhancer.currentText() != NO_ENHANCER)
         self.hold_frames.setEnabled(self.guard_mode.currentData() == "hold")

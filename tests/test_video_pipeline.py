@@ -6,6 +6,7 @@ them."""
 
 from __future__ import annotations
 
+import itertools
 import signal
 import subprocess
 import sys
@@ -357,6 +358,26 @@ def test_a_named_encoder_that_does_not_open_is_refused_before_any_work(
     assert not (tmp_path / "o.mp4").exists()
 
 
+def test_every_crf_is_its_own_quality_on_every_encoder(tmp_path: Path) -> None:
+    """An option trial: libx265 ran at x264's CRF + 5 clipped at 51, so --crf 46 to 51 wrote
+    the same file (NVENC's + 1 did so at 50 and 51). The scales now meet at 51 and x265
+    takes the fractional CRF."""
+    from livefuse.io.codecs import encoder_options
+
+    for name, key in (("libx265", "crf"), ("h264_nvenc", "cq")):
+        values = [float(encoder_options(name, crf)[key]) for crf in range(52)]
+        assert all(b > a for a, b in itertools.pairwise(values)), (name, values)
+        assert values[-1] == 51.0
+    assert encoder_options("libx265", 18)["crf"] == "23"  # the default as before
+    src = ntsc_clip(tmp_path / "in.mp4", frames=12, audio_tracks=0)
+    sizes = []
+    for crf in (46, 51):
+        out = tmp_path / f"o{crf}.mp4"
+        transcode(src, out, lambda f, i: f, options=VideoOptions(encoder="libx265", crf=crf))
+        sizes.append(out.stat().st_size)
+    assert sizes[0] != sizes[1]
+
+
 def test_libx265_writes_hevc(tmp_path: Path) -> None:
     src = ntsc_clip(tmp_path / "in.mp4", frames=12)
     out = tmp_path / "o.mp4"
@@ -465,10 +486,14 @@ def test_a_batch_worker_gives_its_cpu_share_to_the_codecs() -> None:
     from livefuse.batch.executor import even_share
     from livefuse.batch.worker import BatchWorker
 
-    assert BatchWorker(MarkingEngine, threads=4).video.threads == 6  # x264's 1.5 per core
-    assert BatchWorker(MarkingEngine, threads=1).video.threads == 2
-    assert BatchWorker(MarkingEngine, threads=3).video.threads == 5
-    assert BatchWorker(MarkingEngine, VideoOptions(threads=2), threads=4).video.threads == 2
+    assert BatchWorker(MarkingEngine, cpus=4).video.threads == 6  # x264's 1.5 per core
+    assert BatchWorker(MarkingEngine, cpus=1).video.threads == 2
+    assert BatchWorker(MarkingEngine, cpus=3).video.threads == 5
+    # a fractional share as it is (an option trial: rounded to a whole CPU first, 2.5 CPUs
+    # gave 3 threads and 0.5 gave 2)
+    assert BatchWorker(MarkingEngine, cpus=2.5).video.threads == 4
+    assert BatchWorker(MarkingEngine, cpus=0.5).video.threads == 1
+    assert BatchWorker(MarkingEngine, VideoOptions(threads=2), cpus=4).video.threads == 2
     assert BatchWorker(MarkingEngine).video.threads == 0  # FFmpeg's own choice
     assert even_share(16, 16, 4) == 4.0  # the H200 host, four workers on its one GPU
     assert even_share(10, 10, 4) == 2.0  # whole threads

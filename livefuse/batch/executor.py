@@ -134,12 +134,12 @@ class _RayWorker(BatchWorker):
     """A BatchWorker inside a Ray actor: it reads the GPUs Ray gave it and its node."""
 
     def __init__(self, factory: Callable[[], Any], video: VideoOptions | None, name: str,
-                 threads: int | None) -> None:
+                 cpus: float | None) -> None:
         import ray
 
         gpu_ids = tuple(str(g) for g in ray.get_gpu_ids())
         node = ray.get_runtime_context().get_node_id()
-        super().__init__(factory, video, name, gpu_ids, node, threads)
+        super().__init__(factory, video, name, gpu_ids, node, cpus)
 
     def prepare(self) -> str:
         """Build the engine now; its device."""
@@ -425,8 +425,9 @@ class RayPool:
                         f"{kind}s; the cluster has {res.get(kind, 0):g}")
             actor = ray.remote(_RayWorker).options(
                 num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_concurrency=2)
-            threads = max(1, round(cpus_per_worker))
-            self.actors: dict[str, Any] = {n: actor.remote(factory, video, n, threads)
+            # the share itself: 2.5 CPUs are 4 codec threads (an option trial: rounded first to
+            # a whole CPU, they were 3, and 0.5 CPU gave 2 instead of 1)
+            self.actors: dict[str, Any] = {n: actor.remote(factory, video, n, cpus_per_worker)
                                            for n in worker_names(workers)}
             self.info: dict[str, WorkerInfo] = dict(zip(
                 self.actors, ray.get([a.where.remote() for a in self.actors.values()]),

@@ -220,9 +220,9 @@ class BatchWorker:
         name: shown in the summary and the placement table.
         gpu_ids: the GPUs this worker was given (Ray fills it in the actor).
         node: where it runs (Ray's node id).
-        threads: this worker's CPU share (a Ray actor's): its OpenCV threads, and
-            :data:`CODEC_THREADS_PER_CPU` times as many decoder and encoder threads unless
-            ``video.threads`` names them; ``None`` leaves both.
+        cpus: this worker's CPU share (a Ray actor's, may be fractional): as many OpenCV
+            threads (at least 1), and :data:`CODEC_THREADS_PER_CPU` times as many decoder and
+            encoder threads unless ``video.threads`` names them; ``None`` leaves both.
 
     :meth:`run` is called from one thread at a time; :meth:`frames_done`, :meth:`mem_info` and
     :meth:`stats` may be called from another while it runs.
@@ -230,14 +230,14 @@ class BatchWorker:
 
     def __init__(self, factory: Callable[[], Any], video: VideoOptions | None = None,
                  name: str = "w0", gpu_ids: tuple[str, ...] = (), node: str = "local",
-                 threads: int | None = None) -> None:
+                 cpus: float | None = None) -> None:
         self.factory, self.video = factory, video or VideoOptions()
-        if threads is not None:
+        if cpus is not None:
             import cv2
 
-            cv2.setNumThreads(max(1, threads))
+            cv2.setNumThreads(max(1, round(cpus)))
             if not self.video.threads:
-                self.video = replace(self.video, threads=codec_threads(threads))
+                self.video = replace(self.video, threads=codec_threads(cpus))
         self.info = WorkerInfo(name, os.getpid(), socket.gethostname(), gpu_ids,
                                os.environ.get("CUDA_VISIBLE_DEVICES"), node)
         self._engine: Any = None

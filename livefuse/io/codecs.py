@@ -20,7 +20,7 @@ from typing import Any
 
 import av
 
-from livefuse.config import VIDEO_DECODER_CHOICES, VIDEO_ENCODER_CHOICES
+from livefuse.config import MAX_CRF, VIDEO_DECODER_CHOICES, VIDEO_ENCODER_CHOICES
 from livefuse.errors import LivefuseError, VideoError
 
 DEFAULT_CRF = 18  # x264's "visually lossless" range (17-18) per the x264 / FFmpeg H.264 guide
@@ -69,20 +69,33 @@ class EncoderChoice:
         return "nvenc" in self.name
 
 
+def _on_scale(crf: int, offset: int) -> str:
+    """x264's CRF ``crf`` (0..51) on another encoder's 0..51 quality scale that runs ``offset``
+    above it, as FFmpeg's float option text: ``crf + offset`` up to x264's default
+    (:data:`DEFAULT_CRF`), then straight on to 51 at 51. The offset clipped at 51 gave several
+    CRFs the same output (an option trial: ``--crf 46`` to ``51`` with libx265)."""
+    if crf <= DEFAULT_CRF:
+        return str(crf + offset)
+    top = DEFAULT_CRF + offset
+    value = top + (MAX_CRF - top) * (crf - DEFAULT_CRF) / (MAX_CRF - DEFAULT_CRF)
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
 def encoder_options(name: str, crf: int = DEFAULT_CRF) -> dict[str, str]:
-    """Quality settings per encoder, all aimed at x264's CRF ``crf``.
+    """Quality settings per encoder, all aimed at x264's CRF ``crf`` (:func:`_on_scale`).
 
     x265's CRF runs about 5 above x264's for the same look (the FFmpeg H.265 guide: its default
     28 "should visually correspond to libx264 video at CRF 23"); NVENC's constant-quality ``cq``
-    on its VBR mode is used one above x264's CRF. Both scales end at 51.
+    on its VBR mode is used one above x264's CRF (its 0 means "automatic"). Both take
+    fractional values.
     """
     if name == "libx264":
         return {"crf": str(crf), "preset": "veryfast"}
     if name == "libx265":
-        return {"crf": str(min(crf + 5, 51)), "preset": "veryfast",
+        return {"crf": _on_scale(crf, 5), "preset": "veryfast",
                 "x265-params": "log-level=error"}
     if name in NVENC_ENCODERS:
-        return {"preset": "p4", "rc": "vbr", "cq": str(min(crf + 1, 51)), "b": "0"}
+        return {"preset": "p4", "rc": "vbr", "cq": _on_scale(crf, 1), "b": "0"}
     return {}
 
 

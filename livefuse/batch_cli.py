@@ -200,7 +200,8 @@ def run_batch_cli(args: argparse.Namespace) -> int:
         if neural_models_present(args.models_dir):
             print("engine: classic (the batch workers have no GPU; --engine neural runs the "
                   "neural models on the CPU)", file=sys.stderr)
-            args.engine = "classic"
+            # --models-dir was read, for the models just found; the classic engine reads none
+            args.engine, args.models_dir = "classic", None
     config = choose_engine(args)
     if args.address is None:  # workers on this machine: its model files are theirs
         from livefuse.models.engine_choice import models_error

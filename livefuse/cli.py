@@ -298,9 +298,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, old)
 
 
+def typed_options(argv: Sequence[str]) -> frozenset[str]:
+    """The ``dest`` of every option typed in ``argv`` (a command line that parses), whatever its
+    value: an option given with its default value is given all the same, and a check of what
+    was given must not miss it (an option trial: ``live --preset P --cache`` was taken for no
+    option, and the preset's cache stayed off).
+
+    The same parser is built again with every default suppressed, so that only what argparse
+    read from ``argv`` lands in the namespace.
+    """
+    parser = build_parser()
+    pending: list[argparse.ArgumentParser] = [parser]
+    while pending:
+        p = pending.pop()
+        for action in p._actions:  # argparse's documented way to walk a parser's arguments
+            if isinstance(action, argparse._SubParsersAction):
+                pending.extend(action.choices.values())
+            action.default = argparse.SUPPRESS
+        p._defaults.clear()  # set_defaults(func=...): not typed
+    return frozenset(vars(parser.parse_args(argv)))
+
+
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.typed = typed_options(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
         level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
         format="%(levelname)s %(name)s: %(message)s")

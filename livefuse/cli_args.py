@@ -22,6 +22,7 @@ from livefuse.config import (
     FACE_MASK_REGION_CHOICES,
     FACE_MASK_TYPE_CHOICES,
     FACE_SELECTOR_CHOICES,
+    MAX_CRF,
     PIXEL_BOOST_CHOICES,
     PRECISION_CHOICES,
     ROTATION_CHOICES,
@@ -53,7 +54,6 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 
-MAX_CRF = 51  # x264's CRF scale for 8-bit video (x264 --fullhelp: "--crf <float>", 0-51)
 
 
 def at_least(low: float, kind: type[int] | type[float] = int, strict: bool = False
@@ -206,13 +206,18 @@ def _or(value: _T | None, default: _T) -> _T:
     return default if value is None else value
 
 
-def _face_selector(args: argparse.Namespace) -> FaceSelector:
+def _face_selector(args: argparse.Namespace, photo_later: bool = False) -> FaceSelector:
     """``--face-selector``; when it is not given, ``one`` with ``--target-face-index``,
     ``reference`` with ``--reference``, else the command's default.
 
+    Args:
+        photo_later: the reference photo is given where the settings are used (a preset's:
+            ``live --reference``, the app), so ``reference`` needs none here.
+
     Raises:
-        ConfigError: ``--face-selector reference`` without ``--reference``, ``--reference`` with
-            another selector, ``--target-face-index`` with a selector other than ``one``.
+        ConfigError: ``--face-selector reference`` without ``--reference`` (unless
+            ``photo_later``), ``--reference`` with another selector, ``--target-face-index``
+            with a selector other than ``one``.
     """
     selector = args.face_selector
     if selector is None:
@@ -227,7 +232,7 @@ def _face_selector(args: argparse.Namespace) -> FaceSelector:
     if args.target_face_index is not None and selector != "one":
         raise ConfigError(f"--target-face-index picks one face: it cannot be used with "
                           f"--face-selector {selector}")
-    if selector == "reference" and args.reference is None:
+    if selector == "reference" and args.reference is None and not photo_later:
         raise ConfigError("--face-selector reference needs --reference PHOTO (the face to swap "
                           "is the one nearest to that person)")
     if args.reference is not None and selector != "reference":
@@ -236,9 +241,10 @@ def _face_selector(args: argparse.Namespace) -> FaceSelector:
     return selector
 
 
-def engine_config(args: argparse.Namespace) -> EngineConfig:
+def engine_config(args: argparse.Namespace, photo_later: bool = False) -> EngineConfig:
     """The validated EngineConfig for parsed :func:`add_engine_args` options, as given:
     ``--engine auto`` stays ``auto`` (nothing is probed here; see :func:`choose_engine`).
+    ``photo_later``: see :func:`_face_selector`.
 
     Raises:
         ConfigError: an option is out of range, or a face selector combination that cannot
@@ -251,7 +257,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(engine=args.engine, precision=_or(args.precision, d.precision),
                         backend=_or(args.backend, d.backend),
                         device=_or(args.device, d.device), models_dir=args.models_dir,
-                        face_selector=_face_selector(args),
+                        face_selector=_face_selector(args, photo_later),
                         target_face_index=args.target_face_index,
                         detect_every=args.detect_every, blend=_or(args.blend, d.blend),
                         keep_mouth=d.keep_mouth if args.keep_mouth is None else args.keep_mouth,
@@ -265,6 +271,28 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         enhancer_blend=_or(args.enhancer_blend, d.enhancer_blend)).validate()
 
 
+def _check_mask_options(args: argparse.Namespace) -> None:
+    """The neural engine's mask options that another one must come with: each is read only
+    under the mask it tunes.
+
+    Raises:
+        ConfigError: ``--[no-]keep-mouth`` or ``--face-mask-regions`` without the region mask,
+            ``--face-mask-blur`` or ``--face-mask-padding`` without the box mask.
+    """
+    types = args.face_mask_types or ()
+    if args.keep_mouth is not None and "region" not in types:
+        raise ConfigError(f"--{'' if args.keep_mouth else 'no-'}keep-mouth: the neural engine "
+                          "finds the mouth with the face parser, so it reads this option only "
+                          "with --face-mask-types region (without it the mouth is swapped)")
+    for names, mask in ((("face_mask_regions",), "region"),
+                        (("face_mask_blur", "face_mask_padding"), "box")):
+        given = _given(args, names)
+        if given and mask not in types:
+            raise ConfigError(f"{' '.join(given)}: {'it tunes' if len(given) == 1 else 'they tune'}"
+                              f" the {mask} mask, and --face-mask-types does not include "
+                              f"{mask} (give --face-mask-types {mask})")
+
+
 def check_engine_options(args: argparse.Namespace, choice: EngineChoice) -> None:
     """Refuse the options the chosen engine does not read (they would be ignored silently).
 
@@ -274,12 +302,12 @@ def check_engine_options(args: argparse.Namespace, choice: EngineChoice) -> None
             like; the message names the options and the way out.
     """
     engine = choice.engine
-    if engine == "neural" and args.keep_mouth is not None and \
-            "region" not in (args.face_mask_types or ()):
-        raise ConfigError(f"--{'' if args.keep_mouth else 'no-'}keep-mouth: the neural engine "
-                          "finds the mouth with the face parser, so it reads this option only "
-                          "with --face-mask-types region (without it the mouth is swapped)")
+    if engine == "neural":
+        _check_mask_options(args)
     wrong = _given(args, _NEURAL_ONLY if engine == "classic" else _CLASSIC_ONLY)
+    if engine == "classic" and not choice.auto_fell_back and args.models_dir is not None:
+        # with --engine auto the folder was read, to look for the neural models
+        wrong.append("--models-dir")
     if not wrong:
         return
     other = "neural" if engine == "classic" else "classic"

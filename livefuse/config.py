@@ -60,8 +60,13 @@ VIDEO_ENCODER_CHOICES: tuple[str, ...] = (
     "auto", "libx264", "libx265", "h264_nvenc", "hevc_nvenc", "av1_nvenc")
 """Video file encoders (``run``, ``batch``): ``auto`` = NVENC H.264 when it really opens on this
 GPU, else libx264 (:func:`livefuse.io.codecs.choose_encoder`)."""
+MAX_CRF = 51
+"""The top of x264's CRF scale for 8-bit video (x264 --fullhelp: "--crf <float>", 0-51): the
+--crf option's range, and where the other encoders' scales end too."""
 VIDEO_DECODER_CHOICES: tuple[str, ...] = ("auto", "cpu", "nvdec")
-"""Video file decoding: ``auto`` = NVDEC when the codec and a CUDA device allow, else the CPU."""
+"""Video file decoding: ``auto`` = the CPU (NVDEC, bringing each frame back to the host, measured
+slower); ``nvdec`` = NVDEC when the codec and a CUDA device allow, else the CPU, as the run
+summary says (:func:`livefuse.io.codecs.open_video`)."""
 
 VRAM_LIMIT = 0.85
 """The VRAM guard: no new neural session when more than this fraction of device memory is in use
@@ -109,8 +114,9 @@ class EngineConfig:
             data dir.
         rotation: faces on their side or upside down (see
             :data:`livefuse.faces.rotation.RotationMode`): ``auto`` tries the frame turned by
-            90/180/270° when no face is upright (a detection costs up to 4x on frames without a
-            face, so live sessions default to ``off``), ``always`` at every detection.
+            every 45° when no face is upright or one lies on its side (a detection costs up to
+            8x on frames without a face, so live sessions default to ``off``), ``always`` at
+            every detection.
         smooth: steady landmarks: a One-Euro filter per tracked face (video and live only).
         pixel_boost: neural engine: the aligned size the face is swapped at (see
             :data:`PIXEL_BOOST_CHOICES`); above 128 the 128 px model runs on the strided
@@ -357,7 +363,7 @@ LIVE_DEFAULTS = AppConfig(
 start (and for any setting ``settings.toml`` leaves out). Unlike a file job (``livefuse run``:
 every face, detection on every frame, rotated faces tried), a stream swaps the one largest face,
 detects every 3rd frame and tracks in between (the pose cache on), and does not try rotated
-frames (up to 4x the detector's cost on frames without a face)."""
+frames (up to 8x the detector's cost on frames without a face: 7 turns by 45 degrees)."""
 
 
 def table_values(value: Any) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from livefuse.config import (
 from livefuse.errors import EXIT_INCOMPLETE, ConfigError, LivefuseError, VideoError
 from livefuse.imaging import load_image
 from livefuse.metrics import Metrics, start_prometheus
+from livefuse.presets import Preset, PresetStore
 from livefuse.session import Session
 
 OPEN_ATTEMPTS = 5
@@ -71,15 +72,17 @@ def guard_config(args: argparse.Namespace, base: GuardConfig | None = None) -> G
 
 
 def settings_given(args: argparse.Namespace) -> list[str]:
-    """The engine and cache options of :func:`add_settings_args` given with a value other than
-    their default, spelled as on the command line."""
+    """The engine and cache options of :func:`add_settings_args` typed on the command line
+    (``args.typed``, :func:`livefuse.cli.typed_options`; a default value typed counts), spelled
+    as there. ``--reference`` is not among them: the reference photo is the session's, as the
+    app's, and a preset keeps only the face selector."""
     probe = argparse.ArgumentParser(add_help=False)
     add_settings_args(probe)
-    defaults = vars(probe.parse_args([]))
-    given = [(k, getattr(args, k, v)) for k, v in defaults.items()
-             if k != "default_face_selector" and getattr(args, k, v) != v]
+    names = [a.dest for a in probe._actions if a.option_strings and a.dest != "reference"]
+    typed: frozenset[str] = args.typed
     # on/off options: `--no-cache`, `--no-smooth`, `--no-keep-mouth` turn a default off
-    return [("--no-" if value is False else "--") + k.replace("_", "-") for k, value in given]
+    return [("--no-" if getattr(args, k) is False else "--") + k.replace("_", "-")
+            for k in names if k in typed]
 
 
 def add_parser(sub: Any) -> None:
@@ -153,38 +156,53 @@ def app_config(args: argparse.Namespace, with_engine: bool = True) -> AppConfig:
     ).validate()
 
 
-def _refuse_unused_options(args: argparse.Namespace) -> None:
+def unused_settings(args: argparse.Namespace, guard_mode: str, cache_on: bool) -> list[str]:
+    """The cache and guard options typed (``args.typed``) that the settings they tune do not
+    read: cache tuning with the cache off, ``--guard-hold-frames`` without the hold guard.
+    ``live`` and ``presets save`` refuse them alike (a preset stored them to be ignored)."""
+    typed: frozenset[str] = args.typed
+    problems: list[str] = []
+    if not cache_on:
+        tuned = [f"--cache-{name} {getattr(args, dest):g}" for name, dest in
+                 (("refresh", "cache_refresh"), ("threshold", "cache_threshold"))
+                 if dest in typed]
+        if tuned:
+            problems.append(f"{', '.join(tuned)}: the cache is off (--no-cache)")
+    if "guard_hold_frames" in typed and guard_mode != "hold":
+        problems.append(f"--guard-hold-frames {args.guard_hold_frames}: only for "
+                        f"--privacy-guard hold (the guard is {guard_mode})")
+    return problems
+
+
+def _refuse_unused_options(args: argparse.Namespace, preset: Preset | None) -> None:
     """Options that this session would accept and never use are refused, as `run` refuses
     video options for an image (a new user's trial: `--fps 10 --width 100` with `--video`
-    recorded 640x360 at 30 fps, exit 0).
+    recorded 640x360 at 30 fps, exit 0). Every option typed counts, whatever its value.
+
+    Args:
+        preset: the ``--preset`` given, whose guard and cache the session takes.
 
     Raises:
         ConfigError: naming each such option and why it does nothing here.
     """
-    cap, cache = LIVE_DEFAULTS.capture, LIVE_DEFAULTS.cache
+    typed: frozenset[str] = args.typed
     problems: list[str] = []
     if args.video is not None:
-        if args.open_attempts != OPEN_ATTEMPTS:
+        if "open_attempts" in typed:
             problems.append(f"--open-attempts {args.open_attempts}: only for a camera")
         # a file keeps its own size and rate; the virtual camera's format is the one use left
-        sized = [f"--{name} {value:g}" for name, value, default in
-                 (("width", args.width, cap.width), ("height", args.height, cap.height),
-                  ("fps", args.fps, cap.fps)) if value != default]
+        sized = [f"--{name} {getattr(args, name):g}" for name in ("width", "height", "fps")
+                 if name in typed]
         if sized and not args.virtual_cam:
             problems.append(f"{', '.join(sized)}: with --video they set only the virtual "
                             "camera's format (--virtual-cam); a file keeps its own size and "
                             "rate, its recording too")
-    if args.cache is False and args.preset is None:
-        tuned = [f"--cache-{name} {value:g}" for name, value, default in
-                 (("refresh", args.cache_refresh, cache.refresh_every_n),
-                  ("threshold", args.cache_threshold, cache.threshold)) if value != default]
-        if tuned:
-            problems.append(f"{', '.join(tuned)}: the cache is off (--no-cache)")
-    if args.guard_hold_frames is not None and args.preset is None and \
-            (args.privacy_guard or GuardConfig().mode) != "hold":
-        problems.append(f"--guard-hold-frames {args.guard_hold_frames}: only for "
-                        "--privacy-guard hold")
-    if args.control_host != CONTROL_HOST and args.control_port is None:
+    elif args.loop:
+        problems.append("--loop: only for --video (a camera has no end)")
+    guard = GuardConfig() if preset is None else preset.guard
+    problems += unused_settings(args, args.privacy_guard or guard.mode,
+                                args.cache if preset is None else preset.cache.enabled)
+    if "control_host" in typed and args.control_port is None:
         problems.append(f"--control-host {args.control_host}: the control API is off without "
                         "--control-port")
     if problems:
@@ -218,11 +236,12 @@ def run_live(args: argparse.Namespace) -> int:
     if (args.source is None) == (args.preset is None):
         raise ConfigError("give the source face photo (-s PHOTO) or a preset (--preset NAME), "
                           "one of the two")
-    _refuse_unused_options(args)
     if args.preset is not None and settings_given(args):
         raise ConfigError(f"{' '.join(settings_given(args))}: --preset '{args.preset}' sets "
                           "the engine and cache settings; save a preset with them "
                           "(`livefuse presets save`) or leave --preset out")
+    preset = None if args.preset is None else PresetStore().load(args.preset)
+    _refuse_unused_options(args, preset)
     # the photos before the engine is chosen: a damaged one is the first line, not one after
     # the engine's
     face = None if args.source is None else load_image(args.source, "source")
@@ -232,6 +251,11 @@ def run_live(args: argparse.Namespace) -> int:
         extras.require("vcam", "--virtual-cam")
     if args.metrics_port is not None:
         extras.require("metrics", "--metrics-port", module="prometheus_client")
+    if args.preset is None and "detect_every" in args.typed and args.detect_every > 1 and \
+            config.guard.mode != "off":
+        # not refused: the control API may turn the guard off, and the interval is used then
+        print(f"note: --detect-every {args.detect_every} waits while the privacy guard is on "
+              f"({config.guard.mode}): the guard detects on every frame", file=sys.stderr)
     if not args.virtual_cam and args.record is None:
         print("note: no --virtual-cam and no --record: frames are processed and measured only",
               file=sys.stderr)
@@ -254,6 +278,8 @@ def run_live(args: argparse.Namespace) -> int:
 
     metrics = Metrics()
     session = Session(config, on_status=say, metrics=metrics)
+    if reference is not None:  # before a preset that swaps the person in it is checked
+        session.set_reference(reference)
     if args.preset is not None:
         preset = session.switch_preset(args.preset)  # builds the engine, checks the face
         guard = guard_config(args, preset.guard)
@@ -261,8 +287,6 @@ def run_live(args: argparse.Namespace) -> int:
             session.set_guard(guard.mode, guard.hold_frames)
     if face is not None:
         session.set_source_face(face)  # a recording that is an input is refused here
-    if reference is not None:
-        session.set_reference(reference)
     engine = session.prepare()  # a photo without a face or a bad model fails here
     for note in engine.source_notes:
         print(f"source: {note}", file=sys.stderr)
@@ -335,4 +359,4 @@ def run_live(args: argparse.Namespace) -> int:
 
 
 __all__ = ["add_guard_args", "add_parser", "add_settings_args", "app_config", "guard_config",
-           "run_live", "settings_given"]
+           "run_live", "settings_given", "unused_settings"]

@@ -686,6 +686,11 @@ class Session:
             if not _same_models(item.engine, self._config.engine):
                 out[item.name] = "other models: prepared when switched to"
                 continue
+            if item.engine.face_selector == "reference" and self._reference is None:
+                # an option trial: "ready" was said of a preset that every switch refused
+                out[item.name] = ("swaps the person in a reference photo, and none is given "
+                                  "(--reference PHOTO, or the app's reference photo)")
+                continue
             try:
                 image = self._photo(item.source.path)
                 runner, engine = self._runner, self._engine

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from livefuse.cli_args import HelpFormatter, at_least, check_engine_options, engine_config
-from livefuse.config import AppConfig, CacheConfig
-from livefuse.live_cli import add_guard_args, add_settings_args, guard_config
+from livefuse.config import AppConfig, CacheConfig, GuardConfig
+from livefuse.errors import ConfigError
+from livefuse.live_cli import add_guard_args, add_settings_args, guard_config, unused_settings
 from livefuse.models.engine_choice import resolve_engine
 from livefuse.presets import Preset, PresetError, PresetSource, PresetStore
 
@@ -39,10 +40,19 @@ def _cmd_save(args: argparse.Namespace) -> int:
     from livefuse.engine import Engine
     from livefuse.imaging import load_image
 
-    engine_cfg = engine_config(args)
+    if args.reference is not None:
+        # an option trial: the photo was dropped and the preset then refused by `live`
+        raise ConfigError(f"--reference {args.reference}: a preset keeps the face selector, not "
+                          "the reference photo; save it with --face-selector reference and give "
+                          "the photo where it runs (`livefuse live --preset NAME --reference "
+                          "PHOTO`, or the app's reference photo)")
+    engine_cfg = engine_config(args, photo_later=True)
     # the preset keeps the request (``auto`` stays auto); options the engine that runs here does
     # not read are refused as `live` refuses them, not stored to be ignored
     check_engine_options(args, resolve_engine(engine_cfg))
+    unused = unused_settings(args, args.privacy_guard or GuardConfig().mode, args.cache)
+    if unused:
+        raise ConfigError("; ".join(unused))
     cache = CacheConfig(enabled=args.cache, threshold=args.cache_threshold,
                         refresh_every_n=args.cache_refresh)
     config = AppConfig(engine=engine_cfg, cache=cache, guard=guard_config(args)).validate()

@@ -583,13 +583,15 @@ def test_workers_without_a_gpu_run_the_classic_engine(
         tmp_path: Path, t1_path: Path, astronaut_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """``--engine auto`` with the neural models installed but no GPU for the workers: the
-    classic engine, said once (the neural models would run on the CPU at ~1 fps)."""
+    classic engine, said once (the neural models would run on the CPU at ~1 fps). The
+    ``--models-dir`` they were found in was read, so it is not refused as a neural-only
+    option that the classic engine ignores."""
     from livefuse.cli import main
 
     monkeypatch.setattr("livefuse.models.engine_choice.neural_models_present", lambda d: True)
     out = tmp_path / "out"
     assert main(["batch", str(t1_path), "-o", str(out), "-s", str(astronaut_path), "-q",
-                 "--executor", "local"]) == 0
+                 "--executor", "local", "--models-dir", str(tmp_path / "models")]) == 0
     err = capsys.readouterr().err
     assert "engine: classic (the batch workers have no GPU" in err
     assert (out / "t1.jpg").exists()

@@ -17,13 +17,14 @@ from recording_cam import recording_backend
 from skimage import data
 from stub_engine import PassEngine, wait_for
 
-from livefuse.config import AppConfig, CacheConfig, EngineConfig
+from livefuse.config import LIVE_DEFAULTS, AppConfig, CacheConfig, EngineConfig
 from livefuse.engine import Engine
 from livefuse.imaging import LoadedImage, load_image
 from livefuse.io.sinks import CallbackSink, VirtualCameraSink
 from livefuse.io.sources import ImageSource, TestPatternSource, VideoFileSource
 from livefuse.io.synthetic import motion_clip, write_clip
 from livefuse.live import REBUILD_DELAY_S, LiveRunner
+from livefuse.live_cli import OPEN_ATTEMPTS
 from livefuse.samples import insightface_image
 from livefuse.types import Frame, FramePacket, StagedFrame
 
@@ -342,19 +343,14 @@ def test_start_stop_cycles_leave_no_thread() -> None:
 
 def test_live_cli_records_a_video_file(clip_path: Path, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    import argparse
-
+    from livefuse.cli import main
     from livefuse.io.video import probe
-    from livefuse.live_cli import add_parser
 
     skimage_png = tmp_path / "face.png"
     cv2.imwrite(str(skimage_png), np.ascontiguousarray(data.astronaut()[..., ::-1]))
-    parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers())
     out = tmp_path / "out.mp4"
-    args = parser.parse_args(["live", "--source", str(skimage_png), "--video", str(clip_path),
-                              "--record", str(out), "--cache-refresh", "5", "--duration", "1.5"])
-    assert args.func(args) == 0
+    assert main(["live", "--source", str(skimage_png), "--video", str(clip_path),
+                 "--record", str(out), "--cache-refresh", "5", "--duration", "1.5"]) == 0
     printed = capsys.readouterr().out
     assert "fps | latency p50/p95" in printed and "frames processed:" in printed
     assert probe(out).width == 640
@@ -366,12 +362,10 @@ def test_live_cli_refuses_a_recording_it_cannot_write_and_never_loses_one_with_e
     """A new user's trial: `--record` into a folder, under a file or a missing folder ran the
     whole session and exited 0 with no file. Such paths are refused before the start; a
     recording that fails while the session runs makes the exit code 1."""
-    import argparse
 
     from livefuse.cli import main
     from livefuse.io.sinks import RecorderSink
     from livefuse.io.video import probe
-    from livefuse.live_cli import add_parser
 
     face = tmp_path / "face.png"
     cv2.imwrite(str(face), np.ascontiguousarray(data.astronaut()[..., ::-1]))
@@ -395,11 +389,8 @@ def test_live_cli_refuses_a_recording_it_cannot_write_and_never_loses_one_with_e
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(RecorderSink, "_start", broken)
-    parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers())
-    args = parser.parse_args(["live", "-s", str(face), "--video", str(clip_path), "--record",
-                              str(tmp_path / "rec.mp4"), "--duration", "1.5"])
-    assert args.func(args) == 1
+    assert main(["live", "-s", str(face), "--video", str(clip_path), "--record",
+                 str(tmp_path / "rec.mp4"), "--duration", "1.5"]) == 1
     assert "No space left on device" in capsys.readouterr().err
     assert not (tmp_path / "rec.mp4").exists()
 
@@ -425,6 +416,11 @@ def test_live_cli_missing_video_is_a_clear_error(tmp_path: Path,
     (["--guard-hold-frames", "5"], "--guard-hold-frames 5: only for --privacy-guard hold"),
     (["--control-host", "0.0.0.0"], "--control-host 0.0.0.0: the control API is off without "
                                     "--control-port"),
+    # typed with their default values: as unused (an option trial)
+    (["--open-attempts", str(OPEN_ATTEMPTS)], f"--open-attempts {OPEN_ATTEMPTS}: only for a "
+                                              "camera"),
+    (["--no-cache", "--cache-threshold", f"{LIVE_DEFAULTS.cache.threshold:g}"],
+     f"--cache-threshold {LIVE_DEFAULTS.cache.threshold:g}: the cache is off"),
 ])
 def test_live_cli_options_this_session_would_not_use_are_refused(
         tmp_path: Path, options: list[str], says: str,
@@ -441,6 +437,59 @@ def test_live_cli_options_this_session_would_not_use_are_refused(
     err = capsys.readouterr().err
     assert err.startswith("livefuse: error: ") and says in err, err
     assert "[status]" not in err  # before any work
+
+
+def test_live_cli_loop_without_a_video_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An option trial: `--loop` with a camera was accepted and did nothing."""
+    from livefuse.cli import main
+    from livefuse.imaging import save_image
+    from livefuse.samples import astronaut
+
+    src = save_image(tmp_path / "src.png", astronaut())
+    assert main(["live", "-s", str(src), "--loop", "--camera", "99"]) == 2
+    assert "--loop: only for --video" in capsys.readouterr().err
+
+
+def test_live_and_presets_take_what_a_preset_keeps_and_refuse_what_it_would_ignore(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An option trial found each of these accepted with exit 0 and ignored:
+    `live --preset P --cache` (the value of live's default: the preset's cache stayed off);
+    `--guard-hold-frames` with a preset whose guard is off; `presets save` storing cache tuning
+    with the cache off and a hold length without the hold guard; `presets save --reference`
+    dropping the photo, so that `live --preset` refused the preset, and `--reference` with it."""
+    from livefuse.cli import main
+    from livefuse.imaging import save_image
+    from livefuse.samples import astronaut
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    src = save_image(tmp_path / "src.png", astronaut())
+    clip = write_clip([np.zeros((64, 96, 3), np.uint8)] * 3, tmp_path / "c.mp4", audio=False)
+    save = ["presets", "save", "-s", str(src), "--engine", "classic"]
+    assert main([*save, "NoCache", "--no-cache"]) == 0
+    capsys.readouterr()
+    assert main(["live", "--preset", "NoCache", "--cache", "--video", str(clip)]) == 2
+    assert "--cache: --preset 'NoCache' sets the engine and cache" in capsys.readouterr().err
+    assert main(["live", "--preset", "NoCache", "--guard-hold-frames", "30", "--video",
+                 str(clip)]) == 2
+    assert "--guard-hold-frames 30: only for --privacy-guard hold (the guard is off)" in \
+        capsys.readouterr().err
+    assert main([*save, "Tuned", "--no-cache", "--cache-refresh", "9"]) == 2
+    assert "--cache-refresh 9: the cache is off" in capsys.readouterr().err
+    assert main([*save, "Held", "--guard-hold-frames", "30"]) == 2
+    assert "--guard-hold-frames 30: only for --privacy-guard hold" in capsys.readouterr().err
+    assert main([*save, "Ref", "--reference", str(src)]) == 2
+    assert "a preset keeps the face selector, not the reference photo" in \
+        capsys.readouterr().err
+    assert main([*save, "Ref", "--face-selector", "reference"]) == 0
+    capsys.readouterr()
+    assert main(["live", "--preset", "Ref", "--video", str(clip), "--duration", "1"]) == 2
+    assert "needs a reference photo" in capsys.readouterr().err
+    assert main(["live", "--preset", "Ref", "--reference", str(src), "--video", str(clip),
+                 "--duration", "1"]) == 0
+    stored = sorted(p.name for p in (tmp_path / "cfg" / "livefuse" / "presets").iterdir())
+    assert stored == ["NoCache.toml", "Ref.toml"]
 
 
 @pytest.mark.parametrize(("name", "says"), [("rec.avi", "unsupported suffix '.avi'"),

@@ -427,14 +427,26 @@ def test_an_engine_reused_for_still_images_carries_no_faces_between_them(
     (("--engine", "classic", "--enhancer", "gpen_bfr_512"), "--enhancer: only the neural"),
     (("--face-selector", "many", "--target-face-index", "1"),
      "--target-face-index picks one face: it cannot be used with --face-selector many"),
+    # an option trial: the classic engine never reads the folder (with auto it looks there)
+    (("--engine", "classic", "--models-dir", "elsewhere"),
+     "--models-dir: only the neural engine uses this option"),
+    # ... and the masks read their tuning only under the mask it tunes
+    (("--engine", "neural", "--face-mask-blur", "0.9"),
+     "--face-mask-blur: it tunes the box mask, and --face-mask-types does not include box"),
+    (("--engine", "neural", "--face-mask-types", "occlusion", "--face-mask-padding", "10", "10",
+      "10", "10"), "--face-mask-padding: it tunes the box mask"),
+    (("--engine", "neural", "--face-mask-regions", "nose"),
+     "--face-mask-regions: it tunes the region mask, and --face-mask-types does not include "
+     "region (give --face-mask-types region)"),
 ])
 def test_an_option_the_run_would_ignore_is_an_error(
         tmp_path: Path, astronaut_path: Path, t1_path: Path, args: tuple[str, ...], said: str,
         capsys: pytest.CaptureFixture[str]) -> None:
     """Options that only the other engine reads were silently ignored with exit 0."""
     out = tmp_path / "out.jpg"
-    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out,
-                "--models-dir", tmp_path / "no-models", *args) == 2
+    # the folder makes --engine auto fall back to classic here; an explicit classic refuses it
+    models = () if "classic" in args else ("--models-dir", tmp_path / "no-models")
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", out, *models, *args) == 2
     assert said in " ".join(capsys.readouterr().err.split())
     assert not out.exists()
 

@@ -4,6 +4,7 @@ stream keeps the preset it had."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import threading
 from pathlib import Path
@@ -130,6 +131,20 @@ def test_switch_takes_the_next_frame_with_no_black_or_unswapped_frame(
 
     assert face_diff(outs[9], "Hanks", 9) < 0.5 * face_diff(outs[9], "Astro", 9)
     assert face_diff(outs[8], "Astro", 8) < 0.5 * face_diff(outs[8], "Hanks", 8)
+
+
+def test_a_reference_preset_is_ready_only_with_a_reference_photo(
+        store: PresetStore, analyser: Any, clip: GuardClip, astronaut_path: Path) -> None:
+    """An option trial: `live --control-port` said "preset Ref: ready" of a preset that swaps
+    the person in a reference photo, with none given, and every switch to it was refused."""
+    store.save(Preset.of("Ref", AppConfig(engine=dataclasses.replace(
+        ENGINE, face_selector="reference")), PresetSource(path=str(astronaut_path))))
+    session = _session(store, analyser, LockstepSource(clip.frames), lambda f, t: None)
+    session.switch_preset("Astro")
+    assert "a reference photo, and none is given" in str(session.preload_presets()["Ref"])
+    session.set_reference(load_image(astronaut_path))
+    assert session.preload_presets()["Ref"] is None
+    assert session.switch_preset("Ref").engine.face_selector == "reference"
 
 
 def test_a_preset_that_cannot_be_used_is_refused_and_the_stream_keeps_its_preset(

@@ -451,6 +451,22 @@ def test_live_cli_loop_without_a_video_is_refused(
     assert "--loop: only for --video" in capsys.readouterr().err
 
 
+def test_live_cli_says_the_guard_sets_the_detection_interval_aside(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An option trial: `--privacy-guard blur --detect-every 5` detected on every frame with no
+    word. It is not refused: the control API may turn the guard off, and then it is used."""
+    from livefuse.cli import main
+    from livefuse.imaging import save_image
+    from livefuse.samples import astronaut
+
+    src = save_image(tmp_path / "src.png", astronaut())
+    clip = write_clip([np.zeros((64, 96, 3), np.uint8)] * 3, tmp_path / "c.mp4", audio=False)
+    assert main(["live", "-s", str(src), "--video", str(clip), "--engine", "classic",
+                 "--privacy-guard", "blur", "--detect-every", "5", "--duration", "1"]) == 0
+    assert "note: --detect-every 5 waits while the privacy guard is on (blur)" in \
+        capsys.readouterr().err
+
+
 def test_live_and_presets_take_what_a_preset_keeps_and_refuse_what_it_would_ignore(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

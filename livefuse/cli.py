@@ -48,6 +48,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_target_opens(args.target)
     config = choose_engine(args)
     engine = Engine(config)
+    if config.engine == "neural":  # an option trial: a bf16 asked for ran fp32 with no word
+        print(f"precision: {engine.precision_in_use} ({engine.precision_reason})",
+              file=sys.stderr)
     engine.set_source(source, face_index=args.source_face_index)
     for note in engine.source_notes:
         print(f"source: {note}", file=sys.stderr)

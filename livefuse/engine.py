@@ -782,6 +782,11 @@ class Engine:
         return self.renderer.precision_in_use
 
     @property
+    def precision_reason(self) -> str:
+        """Why the renderer runs that precision (``--precision`` and the device), one line."""
+        return self.renderer.precision_reason
+
+    @property
     def has_source(self) -> bool:
         return self._source is not None
 

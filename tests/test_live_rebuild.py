@@ -66,6 +66,7 @@ class DeviceOnlyRenderer:
 
     device = "cpu"
     precision_in_use = "fp32"
+    precision_reason = "a test renderer"
 
     def prepare(self, image: Frame, face: Face, path: Path | None = None) -> Any:
         return "latent"

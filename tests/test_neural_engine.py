@@ -118,6 +118,21 @@ def test_missing_models_name_the_file_and_the_fix(tmp_path: Path, source_path: P
     assert "det_10g" in err and "livefuse models" in err
 
 
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
+def test_run_says_the_precision_that_runs_and_why(
+        paths: NeuralPaths, source_path: Path, tmp_path: Path, backend: str,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """An option trial: `--precision bf16` on the CPU, or with onnxruntime, ran fp32 and said
+    so only in an INFO log line that is hidden without -v."""
+    monkeypatch.setattr("livefuse.engine.Engine",
+                        lambda cfg, **kw: Engine(cfg, components=build_neural(cfg, paths)))
+    assert main(["run", "-q", "--engine", "neural", "--precision", "bf16", "--device", "cpu",
+                 "--backend", backend, "-s", str(source_path), "-t", str(source_path),
+                 "-o", str(tmp_path / "o.png")]) == 0
+    assert "precision: fp32 (bf16 requested but it needs a CUDA device of compute capability " \
+        ">= 8.0)" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_defaults_match_cpu_fp32_on_a_real_photo(paths: NeuralPaths, source_path: Path,
                                                       t1_path: Path) -> None:

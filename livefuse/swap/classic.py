@@ -562,6 +562,7 @@ class ClassicSwapper:
 
     device = "cpu"
     precision_in_use = "n/a (classic engine)"
+    precision_reason = "OpenCV and dlib in float32 on the CPU"
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config

@@ -144,6 +144,10 @@ class NeuralRenderer:
     def precision_in_use(self) -> str:
         return self.swapper.precision_in_use
 
+    @property
+    def precision_reason(self) -> str:
+        return self.swapper.precision_reason
+
     def configure(self, config: EngineConfig) -> None:
         """Take a new pixel boost size and mask settings (the models stay loaded)."""
         self.pixel_boost = config.pixel_boost

@@ -23,6 +23,8 @@ class Renderer(Protocol):
     Attributes:
         device: where it renders: ``cpu`` (host patches) or ``cuda[:N]`` (device patches).
         precision_in_use: e.g. ``fp16``, ``fp32 (fallback)``, ``n/a (classic engine)``.
+        precision_reason: why that precision, one line (what ``--precision`` asked and what
+            the device allows: :func:`livefuse.precision.resolve_precision`).
     """
 
     @property
@@ -30,6 +32,9 @@ class Renderer(Protocol):
 
     @property
     def precision_in_use(self) -> str: ...
+
+    @property
+    def precision_reason(self) -> str: ...
 
     def prepare(self, image: Frame, face: Face, path: Path | None = None) -> Any:
         """The source face of ``image`` prepared once for every later render (an opaque value:

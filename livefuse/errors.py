@@ -68,12 +68,13 @@ class ImageLoadError(LivefuseError):
 
 
 class VideoError(LivefuseError):
-    """A video file cannot be decoded or the output cannot be encoded."""
+    """A video file cannot be decoded or the output cannot be encoded; ``role`` names the file
+    in the message (``video``, or ``recording`` for live's)."""
 
-    def __init__(self, path: str | Path, problem: str) -> None:
+    def __init__(self, path: str | Path, problem: str, role: str = "video") -> None:
         self.path = Path(path)
         self.problem = problem
-        super().__init__(f"video '{path}': {problem}")
+        super().__init__(f"{role} '{path}': {problem}")
 
 
 class NoFaceError(LivefuseError):

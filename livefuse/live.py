@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 _POLL_S = 0.25  # how often the inference thread wakes without frames (watchdog, stop)
 REBUILD_DELAY_S = 0.3
+UNSWAPPED_FRAMES = 30
+"""Frames in a row with faces in view and none swapped before the stream says why, once: about
+a second at 30 fps, so a face turning away for a moment says nothing."""
 LIVE_SWITCH_INTERVAL_S = 0.0005
 """Python's GIL switch interval while a session runs (the default is 5 ms). The capture and
 inference threads hand the GIL over at every wait for the device; with the default, a thread
@@ -196,6 +199,7 @@ class LiveRunner:
         self.swap = True
         """Swap faces (``False``: frames pass as they are, but the guard still hides them)."""
         self._fallbacks_seen: set[int] = set()
+        self._unswapped_run = 0  # frames in a row with faces in view and none swapped
         self.errors = 0
         self.frames_out = 0
 
@@ -569,6 +573,17 @@ class LiveRunner:
         packet.faces, packet.output, packet.swapped = [], packet.frame, 0
         return packet
 
+    def _say_unswapped(self, packet: FramePacket) -> None:
+        """Say once, after :data:`UNSWAPPED_FRAMES` frames, why faces in view are not swapped (a
+        new user's trial: a ``target_face_index`` past the faces in view, or a reference photo
+        of someone else, streamed every face as it was with no word)."""
+        if not self.swap or packet.swapped or not packet.skipped:
+            self._unswapped_run = 0
+            return
+        self._unswapped_run += 1
+        if self._unswapped_run == UNSWAPPED_FRAMES:
+            self.status(f"faces in view, none swapped: {packet.skipped[0].reason}")
+
     def _measure(self, engine: EngineLike) -> None:
         stats = engine.cache.stats
         self.metrics.set_cache(stats.hits, stats.misses, stats.forced_refreshes)
@@ -643,6 +658,7 @@ class LiveRunner:
                 self._index += 1
             self.metrics.frame_processed(packet.timings_ms, t_cap)
             self._measure(self._engine)
+            self._say_unswapped(packet)
             out = packet.output if packet.output is not None else staged.host
             t_guard = time.perf_counter_ns()
             # every frame is a new array, never written to once handed to the sinks: the
@@ -669,5 +685,5 @@ class LiveRunner:
                 self.metrics.frame_out(t_cap)
 
 
-__all__ = ["REBUILD_DELAY_S", "EngineFactory", "EngineLike", "LiveRunner", "SwitchCancelled",
-           "default_engine_factory", "for_engine"]
+__all__ = ["REBUILD_DELAY_S", "UNSWAPPED_FRAMES", "EngineFactory", "EngineLike", "LiveRunner",
+           "SwitchCancelled", "default_engine_factory", "for_engine"]

@@ -33,6 +33,7 @@ from livefuse.presets import Preset, PresetStore
 from livefuse.session import Session
 
 OPEN_ATTEMPTS = 5
+_STREAM_SCHEMES = ("http", "https", "rtmp", "rtmps", "rtsp", "srt", "udp", "tcp")
 """``livefuse live`` gives up on a camera after this many failed opens in a row (about 12 s
 with the capture's back-off); the app keeps retrying instead."""
 
@@ -230,9 +231,19 @@ def run_live(args: argparse.Namespace) -> int:
         if args.record.suffix.lower() not in RECORDING_SUFFIXES:
             raise ConfigError(f"recording '{args.record}': unsupported suffix "
                               f"'{args.record.suffix}': use .mp4, .mkv or .mov")
-    if args.video is not None and not args.video.is_file():
-        raise VideoError(args.video, "file not found" if not args.video.exists() else
-                         "is not a file")
+    if args.video is not None:
+        # Path() has turned "http://host/x" into "http:/host/x" already
+        scheme = str(args.video).split(":/", 1)[0].lower()
+        if scheme in _STREAM_SCHEMES and ":/" in str(args.video):
+            raise ConfigError(f"--video {args.video}: a network stream; --video takes a file")
+        if not args.video.is_file():
+            raise VideoError(args.video, "file not found" if not args.video.exists() else
+                             "is not a file")
+        from livefuse.run import check_target_opens
+
+        # a damaged file or another file renamed .mp4: exit 2 now, as `run` says it, not
+        # "gave up after 5 attempts" once the engine is built (a new user's trial)
+        check_target_opens(args.video)
     if (args.source is None) == (args.preset is None):
         raise ConfigError("give the source face photo (-s PHOTO) or a preset (--preset NAME), "
                           "one of the two")

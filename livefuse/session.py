@@ -557,6 +557,10 @@ class Session:
                 face: Face | None, timeout: float) -> Face:
         """Take a new source face (and settings) all or nothing: on any error the session
         keeps what it had. See :meth:`switch_preset`."""
+        if config is not None:
+            # a new user's trial: the control API's switch to a preset that swaps the person in
+            # a reference photo, with none given, answered 200 and froze the stream
+            self._check_reference(config)
         with self._switch_lock:
             with self._lock:
                 runner = self._runner

@@ -439,6 +439,42 @@ def test_live_cli_options_this_session_would_not_use_are_refused(
     assert "[status]" not in err  # before any work
 
 
+@pytest.mark.parametrize(("name", "says"), [
+    ("notes.mp4", "video 'notes.mp4': "),
+    ("http://127.0.0.1:1/x.mp4", "a network stream; --video takes a file")])
+def test_live_cli_a_video_that_cannot_be_read_is_refused_before_any_work(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, says: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: a text file renamed .mp4 built the engine, was retried like a camera
+    and exited 1 ("gave up after 5 attempts"); a URL was "file not found" at 'http:/...'."""
+    from livefuse.cli import main
+    from livefuse.imaging import save_image
+    from livefuse.samples import astronaut
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.mp4").write_text("not a video\n")
+    src = save_image(tmp_path / "src.png", astronaut())
+    assert main(["live", "-s", str(src), "--video", name, "--duration", "1"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "[status]" not in err, err
+
+
+def test_live_says_once_why_faces_in_view_are_not_swapped(
+        clip_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `--target-face-index 5` with fewer faces in view (or a reference
+    photo of someone else) streamed them unswapped with no word; `run` says why."""
+    from livefuse.cli import main
+    from livefuse.imaging import save_image
+    from livefuse.samples import astronaut
+
+    src = save_image(tmp_path / "src.png", astronaut())
+    assert main(["live", "-s", str(src), "--video", str(clip_path), "--loop", "--engine",
+                 "classic", "--target-face-index", "9", "--duration", "2.5"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines()
+            if "faces in view, none swapped" in line]
+    assert len(said) == 1 and "target face index 9" in said[0], said
+
+
 def test_live_cli_loop_without_a_video_is_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An option trial: `--loop` with a camera was accepted and did nothing."""

@@ -211,3 +211,26 @@ def test_session_refuses_a_recording_over_its_photos(here: Path) -> None:
     session.set_reference(_photo("t.jpg"))
     with pytest.raises(OutputIsInputError, match="is the reference photo itself"):
         session.apply(_config("linked/t.jpg"))
+
+
+def test_two_processes_never_write_one_part_file(tmp_path: Path) -> None:
+    """A new user's trial: two `live --record same.mp4` sessions wrote one part file; the
+    second's recording was lost (exit 0) and the first failed at its rename. Each process
+    writes its own, and a recording's errors call the file a recording."""
+    import subprocess
+    import sys
+
+    from livefuse.errors import VideoError
+    from livefuse.io.paths import part_path
+    from livefuse.io.sinks import RecorderSink
+
+    out = tmp_path / "same.mp4"
+    other = subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from livefuse.io.paths import part_path; print(part_path(Path(sys.argv[1])))",
+         str(out)], capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(other) != part_path(out)
+    assert Path(other).parent == out.parent and Path(other).suffix == ".mp4"
+    assert Path(other).name.startswith(".same.livefuse-part")
+    with pytest.raises(VideoError, match=r"^recording '"):
+        RecorderSink(tmp_path / "rec.avi")

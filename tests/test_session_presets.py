@@ -142,6 +142,10 @@ def test_a_reference_preset_is_ready_only_with_a_reference_photo(
     session = _session(store, analyser, LockstepSource(clip.frames), lambda f, t: None)
     session.switch_preset("Astro")
     assert "a reference photo, and none is given" in str(session.preload_presets()["Ref"])
+    # a new user's trial: the control API's switch to it answered 200 and froze the stream
+    with pytest.raises(PresetError, match=r"needs a reference photo.*keeps preset 'Astro'"):
+        session.switch_preset("Ref")
+    assert session.active_preset == "Astro"
     session.set_reference(load_image(astronaut_path))
     assert session.preload_presets()["Ref"] is None
     assert session.switch_preset("Ref").engine.face_selector == "reference"

@@ -24,8 +24,9 @@ import av
 
 from livefuse.errors import VideoError
 from livefuse.io.codecs import open_video, plain_av_error
+from livefuse.io.paths import part_path
 from livefuse.io.streams import copy_stream
-from livefuse.io.video import muxer_options, part_path
+from livefuse.io.video import muxer_options
 
 
 def _chunk_packets(chunks: Sequence[Path]) -> Iterator[tuple[Fraction, Any]]:

@@ -32,13 +32,13 @@ from livefuse.batch.made_from import other_input, recorded
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import atomic_write_bytes, is_image_path
 from livefuse.io.codecs import open_video
+from livefuse.io.paths import part_paths
 from livefuse.io.video import (
     OUTPUT_VIDEO_SUFFIXES,
     Span,
     check_audio_fits,
     is_video_path,
     media_types,
-    part_path,
 )
 
 ItemKind = Literal["image", "video"]
@@ -594,7 +594,7 @@ def leftovers(unit: Unit) -> list[Path]:
     """Files a unit may leave behind when its worker is stopped mid-write: the video part file,
     an image's temp files, the chunk file itself."""
     out = unit.output
-    paths = [part_path(out)]
+    paths = part_paths(out)
     if out.parent.is_dir():
         paths += list(out.parent.glob(f".{glob.escape(out.name)}.*.part"))
     if unit.span is not None:

@@ -13,6 +13,7 @@ does not exist yet, when they resolve to the same absolute path (symlinks follow
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -76,4 +77,27 @@ def check_output(output: PathLike, inputs: Mapping[str, PathLike | None],
             raise OutputIsInputError(output, role, path, what)
 
 
-__all__ = ["OutputIsInputError", "check_output", "same_file"]
+PART_INFIX = ".livefuse-part"
+"""Temp outputs are ``.{stem}.livefuse-part-{pid}{suffix}`` beside the destination
+(:func:`part_path`)."""
+
+
+def part_path(dst: Path) -> Path:
+    """The temp name ``dst`` is written under until it is complete: hidden, beside it, with its
+    suffix last (the muxer takes the container from it) and this process's id, so that two
+    processes writing the same output never write one part file (a new user's trial: a second
+    `live --record same.mp4` took the first one's part, one recording was lost and the other
+    session failed at its rename)."""
+    return dst.with_name(f".{dst.stem}{PART_INFIX}-{os.getpid()}{dst.suffix}")
+
+
+def part_paths(dst: Path) -> list[Path]:
+    """Every process's part file of ``dst`` (a batch's clean-up, after its workers stopped)."""
+    if not dst.parent.is_dir():
+        return []
+    return list(dst.parent.glob(f".{glob.escape(dst.stem)}{PART_INFIX}-*"
+                                f"{glob.escape(dst.suffix)}"))
+
+
+__all__ = ["PART_INFIX", "OutputIsInputError", "check_output", "part_path", "part_paths",
+           "same_file"]

@@ -23,6 +23,7 @@ import cv2
 import numpy as np
 
 from livefuse.errors import VideoError
+from livefuse.io.paths import part_path
 from livefuse.io.streams import copy_stream
 from livefuse.slot import LatestSlot, SlotClosed
 from livefuse.types import Frame
@@ -443,10 +444,10 @@ class RecorderSink(Sink):
         self.path = Path(path).absolute()
         if self.path.is_dir():  # before the suffix: '.' or 'recordings/' named no file
             raise VideoError(self.path, "is a folder; give the recording a file name (.mp4, "
-                                        ".mkv or .mov)")
+                                        ".mkv or .mov)", role="recording")
         if self.path.suffix.lower() not in RECORDING_SUFFIXES:
             raise VideoError(self.path, f"unsupported recording suffix '{self.path.suffix}': "
-                                        "use .mp4, .mkv or .mov")
+                                        "use .mp4, .mkv or .mov", role="recording")
         # the file opens at the first frame, on the writer thread: a path that cannot be
         # written is refused now, before a session runs for nothing
         # a missing folder is made with the file, as `run` makes an output's (a new user's
@@ -455,11 +456,12 @@ class RecorderSink(Sink):
                                    *self.path.parent.absolute().parents) if p.exists()),
                       Path("/"))
         if not folder.is_dir():
-            raise VideoError(self.path, f"folder '{folder}' is a file")
+            raise VideoError(self.path, f"folder '{folder}' is a file", role="recording")
         if not os.access(folder, os.W_OK | os.X_OK):
-            raise VideoError(self.path, f"folder '{folder}' is not writable")
+            raise VideoError(self.path, f"folder '{folder}' is not writable",
+                             role="recording")
         self.fps, self.crf, self.on_status, self.clock = fps, crf, on_status, clock
-        self._tmp = self.path.with_name(f".{self.path.stem}.livefuse-part{self.path.suffix}")
+        self._tmp = part_path(self.path)
         self._out: Any = None
         self._stream: Any = None
         self._audio: _AudioCopier | None = None

@@ -40,6 +40,7 @@ from livefuse.io.codecs import (
 )
 from livefuse.io.folders import missing_folders, remove_empty
 from livefuse.io.niced import open_niced
+from livefuse.io.paths import part_path
 from livefuse.io.pipeline import ChainStats, Passthrough, Stage, run_chain
 from livefuse.io.streams import copy_stream, copy_tags, display_matrix
 from livefuse.types import Frame
@@ -58,8 +59,6 @@ def media_types() -> str:
     return (f"images: {' '.join(sorted(IMAGE_SUFFIXES))}; "
             f"videos: {' '.join(sorted(VIDEO_SUFFIXES))}")
 """Containers :func:`transcode` writes (the encoded video plus the input's audio)."""
-PART_INFIX = ".livefuse-part"
-"""Temp outputs are ``.{stem}.livefuse-part{suffix}`` beside the destination."""
 
 EARLY_END_TOLERANCE = 0.005
 """An input whose decoded frames fall short of the frame count its container declares by more
@@ -228,11 +227,6 @@ class _FunctionProcessor:
 
 def is_video_path(path: str | os.PathLike[str]) -> bool:
     return Path(path).suffix.lower() in VIDEO_SUFFIXES
-
-
-def part_path(dst: Path) -> Path:
-    """The temp name ``dst`` is written under until it is complete."""
-    return dst.with_name(f".{dst.stem}{PART_INFIX}{dst.suffix}")
 
 
 def _declared_duration(container: Any, vs: Any) -> Fraction | None:
@@ -864,7 +858,7 @@ def read_frames(path: str | os.PathLike[str]) -> list[Frame]:
         return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
 
 
-__all__ = ["OUTPUT_VIDEO_SUFFIXES", "PART_INFIX", "VIDEO_SUFFIXES", "FrameProcessor", "Processed",
+__all__ = ["OUTPUT_VIDEO_SUFFIXES", "VIDEO_SUFFIXES", "FrameProcessor", "Processed",
            "Region", "Span", "TranscodeResult", "VideoInfo", "VideoOptions", "check_audio_fits",
-           "gap_reason", "incomplete_reason", "is_video_path", "muxer_options", "part_path",
+           "gap_reason", "incomplete_reason", "is_video_path", "muxer_options",
            "probe", "read_frames", "transcode"]

@@ -297,8 +297,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     _TERMINATED.clear()
     try:
         return _main(argv)
+    except KeyboardInterrupt:  # before the command ran: its own handler says what it kept
+        return _interrupted_early()
+    except ImportError as exc:
+        # Ctrl-C inside an extension's import (dlib's, at start-up) comes out as pybind11's
+        # "ImportError: initialization failed", which read as a broken install
+        if _caused_by_interrupt(exc):
+            return _interrupted_early()
+        raise
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _interrupted_early() -> int:
+    """A new user's trial: Ctrl-C in live's first half second printed a traceback (exit 130),
+    or exit 1 with dlib's ImportError."""
+    print("livefuse: interrupted while starting up", file=sys.stderr)
+    return 143 if _TERMINATED.is_set() else 130
 
 
 def typed_options(argv: Sequence[str]) -> frozenset[str]:

@@ -67,6 +67,8 @@ def at_least(low: float, kind: type[int] | type[float] = int, strict: bool = Fal
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+        if value != value or value in (float("inf"), float("-inf")):  # nan, inf
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number")
         if value < low or (strict and value == low):
             raise argparse.ArgumentTypeError(
                 f"{text} must be {'more than' if strict else 'at least'} {low:g}")

@@ -97,6 +97,32 @@ def read_token(path: Path) -> str:
     return token
 
 
+class TokenFile:
+    """The token stored in a file, read again whenever the file changes (inode, size or
+    modification time), so that ``livefuse control-token --new`` locks the old token out of a running
+    session at once (a new user's trial: the old one kept working until a restart). A file
+    that cannot be read keeps the last token read. Request threads call it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int] | None = None
+        self._token = load_or_create_token(path)
+
+    def __call__(self) -> str:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return self._token
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)  # --new writes a new file
+        with self._lock:
+            if stamp != self._stamp:
+                with contextlib.suppress(LivefuseError):
+                    self._token = read_token(self.path)
+                    self._stamp = stamp
+            return self._token
+
+
 def load_or_create_token(path: Path | None = None, new: bool = False) -> str:
     """The control API's bearer token, made (mode 0600) on first use.
 
@@ -209,7 +235,7 @@ class _Handler(BaseHTTPRequestHandler):
         given = self.headers.get("Authorization", "")
         scheme, _, token = given.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
-                token.strip().encode("utf-8", "replace"), self.server.token.encode("ascii")):
+                token.strip().encode("utf-8", "replace"), self.server.token().encode("ascii")):
             self.server.count(refused=True)
             raise BadRequest(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token "
                                                       "(`livefuse control-token` prints it)")
@@ -315,6 +341,8 @@ class _Handler(BaseHTTPRequestHandler):
         if body["mode"] not in GUARD_CHOICES:
             raise BadRequest(HTTPStatus.BAD_REQUEST, f"mode '{body['mode']}' is not one of "
                                                      f"{', '.join(GUARD_CHOICES)}")
+        if "hold_frames" in body and body["mode"] != "hold":  # as the CLI refuses it
+            raise BadRequest(HTTPStatus.BAD_REQUEST, "hold_frames: only with mode 'hold'")
         self.server.controller.set_guard(body["mode"], body.get("hold_frames"))
         return {"guard": body["mode"]}
 
@@ -328,8 +356,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, address: tuple[str, int], controller: Controller, token: str,
-                 on_status: Callable[[str], None]) -> None:
+    def __init__(self, address: tuple[str, int], controller: Controller,
+                 token: Callable[[], str], on_status: Callable[[str], None]) -> None:
         self.controller, self.token, self.on_status = controller, token, on_status
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._count_lock = threading.Lock()
@@ -381,7 +409,8 @@ class ControlServer:
 
     Args:
         controller: what the requests drive (a :class:`livefuse.session.Session`).
-        token: the bearer token every request must carry.
+        token: the bearer token every request must carry, or what gives it at each request
+            (a :class:`TokenFile`: a new token takes effect at once).
         host: the address to listen on (:data:`livefuse.config.CONTROL_HOST` by default).
         port: the TCP port (0: a free one, see :attr:`port`).
         on_status: status lines (a non-local address is announced there).
@@ -390,12 +419,15 @@ class ControlServer:
         LivefuseError: the address cannot be bound (the port is taken, an unknown host).
     """
 
-    def __init__(self, controller: Controller, token: str, host: str = CONTROL_HOST,
-                 port: int = 8765, on_status: Callable[[str], None] | None = None) -> None:
+    def __init__(self, controller: Controller, token: str | Callable[[], str],
+                 host: str = CONTROL_HOST, port: int = 8765,
+                 on_status: Callable[[str], None] | None = None) -> None:
         say = on_status or (lambda s: None)
         cls = _Server6 if ":" in host else _Server
+        given = token
+        current: Callable[[], str] = (lambda: given) if isinstance(given, str) else given
         try:
-            self._server = cls((host, port), controller, token, say)
+            self._server = cls((host, port), controller, current, say)
         except OSError as exc:
             why = "the port is in use" if exc.errno in (98, 48, 10048) else \
                 (exc.strerror or str(exc))
@@ -439,4 +471,5 @@ class ControlServer:
 
 
 __all__ = ["MAX_BODY", "MAX_CONNECTIONS", "REQUEST_TIMEOUT_S", "TOKEN_FILE", "BadRequest",
-           "ControlServer", "Controller", "load_or_create_token", "read_token", "token_path"]
+           "ControlServer", "Controller", "TokenFile", "load_or_create_token", "read_token",
+           "token_path"]

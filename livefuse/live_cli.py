@@ -45,7 +45,9 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
                    help="pose-similarity cache "
                         f"(default: {'on' if cache.enabled else 'off, --cache turns it on'})")
     p.add_argument("--cache-refresh", type=at_least(1), default=cache.refresh_every_n,
-                   help="force a fresh swap after N reused frames")
+                   help="a fresh swap at least every N frames: a cached swap serves at most N "
+                        "frames, the one it was made on included (1: no reuse) "
+                        f"(default: {cache.refresh_every_n})")
     p.add_argument("--cache-threshold", type=float, default=cache.threshold,
                    help="similarity (0..1] at or above which a cached swap is reused")
     add_engine_args(p, LIVE_DEFAULTS.engine)
@@ -99,7 +101,9 @@ def add_parser(sub: Any) -> None:
                    help="start with a saved preset: its source face and engine, cache and "
                         "guard settings (`livefuse presets list`)")
     inp = p.add_mutually_exclusive_group()
-    inp.add_argument("--camera", default="0", help="camera index or device path")
+    # default None, resolved to "0" below: argparse's exclusive group lets an option through
+    # whose typed value is its default's string ("--camera 0 --video x" was accepted)
+    inp.add_argument("--camera", default=None, help="camera index or device path (default: 0)")
     inp.add_argument("--video", type=Path, help="a video file standing in for the camera")
     p.add_argument("--loop", action="store_true", help="loop --video")
     cap = LIVE_DEFAULTS.capture
@@ -141,7 +145,8 @@ def app_config(args: argparse.Namespace, with_engine: bool = True) -> AppConfig:
                             port=8765 if args.control_port is None else args.control_port,
                             host=args.control_host)
     capture = CaptureConfig(
-        kind="video" if args.video is not None else "camera", camera=str(args.camera),
+        kind="video" if args.video is not None else "camera",
+        camera="0" if args.camera is None else str(args.camera),
         video=None if args.video is None else str(args.video), loop=args.loop,
         width=args.width, height=args.height, fps=args.fps,
         max_open_attempts=args.open_attempts)
@@ -345,9 +350,12 @@ def run_live(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     processed = metrics.snapshot(memory=False).frames_processed
     print(f"frames processed: {processed}", flush=True)
+    if args.record is not None and processed and not session.sink_errors:
+        print(f"recording: {args.record}", flush=True)  # where it went, after the metrics
     if replaces and processed and not session.sink_errors:
         print(f"note: '{args.record}' was there before and has been replaced", flush=True)
-    where = f"video '{args.video}'" if args.video is not None else f"camera {args.camera}"
+    where = f"video '{args.video}'" if args.video is not None else \
+        f"camera {config.capture.camera}"
     for why in session.sink_errors:  # a recording lost is never an exit 0
         print(f"livefuse: error: {why}", file=sys.stderr)
     if session.sink_errors:

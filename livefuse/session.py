@@ -847,13 +847,13 @@ class Session:
         Raises:
             LivefuseError: the port is taken or the address cannot be bound.
         """
-        from livefuse.control import ControlServer, load_or_create_token
+        from livefuse.control import ControlServer, TokenFile, token_path
 
         if self._control is not None:
             return self._control
         cfg = self._config.control
-        server = ControlServer(self, token or load_or_create_token(self._token_file), cfg.host,
-                               cfg.port, on_status=self._status)
+        server = ControlServer(self, token or TokenFile(self._token_file or token_path()),
+                               cfg.host, cfg.port, on_status=self._status)
         self._control = server
         return server
 

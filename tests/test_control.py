@@ -20,7 +20,7 @@ import pytest
 
 import livefuse.control as control
 from livefuse.config import AppConfig, CaptureConfig, ControlConfig, EngineConfig
-from livefuse.control import ControlServer, load_or_create_token, read_token
+from livefuse.control import ControlServer, TokenFile, load_or_create_token, read_token
 from livefuse.engine import Engine
 from livefuse.errors import LivefuseError
 from livefuse.imaging import load_image, save_image
@@ -135,6 +135,28 @@ def test_it_listens_on_localhost_only_by_default(running: Running) -> None:
         s.listen()
         with pytest.raises(LivefuseError, match=r"cannot listen on 127\.0\.0\.1:.*port is in use"):
             ControlServer(running.session, TOKEN, "127.0.0.1", s.getsockname()[1])
+
+
+def test_a_new_token_locks_the_old_one_out_of_a_running_server(
+        running: Running, tmp_path: Path) -> None:
+    """A new user's trial: after `livefuse control-token --new` a running session took the old
+    token and refused the new one until it was restarted."""
+    path = tmp_path / "control-token"
+    old = load_or_create_token(path)
+    server = ControlServer(running.session, TokenFile(path), "127.0.0.1", 0)
+    try:
+        def status(token: str) -> int:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            conn.request("GET", "/status", headers={"Authorization": f"Bearer {token}"})
+            code = conn.getresponse().status
+            conn.close()
+            return code
+
+        assert status(old) == 200
+        new = load_or_create_token(path, new=True)
+        assert new != old and status(new) == 200 and status(old) == 401
+    finally:
+        server.close()
 
 
 @pytest.mark.parametrize("auth", [None, "Bearer wrong-token-0123456789", f"Basic {TOKEN}",
@@ -292,9 +314,13 @@ def test_switch_swap_guard_source(running: Running, hanks_path: Path) -> None:
     assert not running.session.swap_on and running.session.runner is not None
     assert not running.session.runner.swap
     assert running.request("POST", "/swap", {"on": True})[0] == 200
-    assert running.request("POST", "/guard", {"mode": "blur", "hold_frames": 5})[0] == 200
+    assert running.request("POST", "/guard", {"mode": "hold", "hold_frames": 5})[0] == 200
     status = running.request("GET", "/status")[1]
-    assert status["guard"]["mode"] == "blur" and status["guard"]["hold_frames"] == 5
+    assert status["guard"]["mode"] == "hold" and status["guard"]["hold_frames"] == 5
+    # as the CLI refuses --guard-hold-frames without hold (a new user's trial: 200 here)
+    code, answer, _ = running.request("POST", "/guard", {"mode": "blur", "hold_frames": 5})
+    assert code == 400 and "hold_frames: only with mode 'hold'" in str(answer)
+    assert running.request("POST", "/guard", {"mode": "blur"})[0] == 200
     assert status["detect_every"] == 1 and status["preset_modified"]
     code, answer, _ = running.request("POST", "/source", {"path": str(hanks_path)})
     assert code == 200 and running.session.source_path == hanks_path

@@ -353,6 +353,7 @@ def test_live_cli_records_a_video_file(clip_path: Path, tmp_path: Path,
                  "--record", str(out), "--cache-refresh", "5", "--duration", "1.5"]) == 0
     printed = capsys.readouterr().out
     assert "fps | latency p50/p95" in printed and "frames processed:" in printed
+    assert f"recording: {out}" in printed  # where it went (a new user's trial: not said)
     assert probe(out).width == 640
 
 
@@ -473,6 +474,21 @@ def test_live_says_once_why_faces_in_view_are_not_swapped(
     said = [line for line in capsys.readouterr().err.splitlines()
             if "faces in view, none swapped" in line]
     assert len(said) == 1 and "target face index 9" in said[0], said
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    (["--camera", "0", "--video", "x.mp4"], "--video: not allowed with argument --camera"),
+    (["--duration", "nan"], "nan is not a finite number"),
+    (["--fps", "inf"], "inf is not a finite number")])
+def test_live_cli_argument_slips_are_refused(options: list[str], says: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `--camera 0 --video x` passed the exclusive group (argparse lets a
+    typed value equal to the default's string through) and `--duration nan` ran to the end."""
+    from livefuse.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["live", "-s", "src.png", *options])
+    assert exc.value.code == 2 and says in capsys.readouterr().err
 
 
 def test_live_cli_loop_without_a_video_is_refused(

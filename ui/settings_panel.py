@@ -257,7 +257,8 @@ class SettingsPanel(QWidget):
         self.record.setToolTip("Also write the swapped stream to a video file (.mp4, .mkv, "
                                ".mov); written to a temporary file and renamed when stopped")
         self.threshold.setToolTip("Reuse a cached swap while the pose similarity is at least this")
-        self.refresh.setToolTip("Force a fresh swap after this many frames of reuse")
+        self.refresh.setToolTip("A cached swap serves at most this many frames, the one it was "
+                                "made on included (1: no reuse)")
         self.detect_every.setToolTip("Run the face detector every k frames; track in between")
         self.vcam.setToolTip("Send the swapped frames (never the overlay) to a virtual camera")
         self.rotation.setToolTip("auto: when no face is upright or one lies on its side, also "

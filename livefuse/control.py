@@ -99,9 +99,9 @@ def read_token(path: Path) -> str:
 
 class TokenFile:
     """The token stored in a file, read again whenever the file changes (inode, size or
-    modification time), so that ``livefuse control-token --new`` locks the old token out of a running
-    session at once (a new user's trial: the old one kept working until a restart). A file
-    that cannot be read keeps the last token read. Request threads call it."""
+    modification time), so that ``livefuse control-token --new`` locks the old token out of a
+    running session at once (a new user's trial: the old one kept working until a restart).
+    A file that cannot be read keeps the last token read. Request threads call it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -52,6 +52,7 @@ from livefuse.live import (
     for_engine,
 )
 from livefuse.metrics import Metrics
+from livefuse.models.engine_choice import resolve_engine
 from livefuse.presets import Preset, PresetError, PresetSource, PresetStore
 from livefuse.types import Face, Frame
 
@@ -797,7 +798,9 @@ class Session:
             "preset": self.active_preset, "preset_modified": self.preset_modified,
             "source": None if self.source_path is None else str(self.source_path),
             "swap": self._swap,
-            "engine": cfg.engine.engine, "precision": self.precision_in_use,
+            # the engine that runs, not "auto" (a new user's trial); and what was asked
+            "engine": resolve_engine(cfg.engine).engine, "engine_asked": cfg.engine.engine,
+            "precision": self.precision_in_use,
             "detect_every": cfg.effective_engine().detect_every,
             "guard": {"mode": cfg.guard.mode, "hold_frames": cfg.guard.hold_frames,
                       "active": guard is not None and guard.active,
@@ -880,7 +883,6 @@ def _same_models(a: EngineConfig, b: EngineConfig) -> bool:
     resolves to (a preset saved with the defaults says ``auto``; a session started with ``-s``
     runs the engine ``auto`` chose)."""
     from livefuse.config import MODEL_RELOAD_FIELDS
-    from livefuse.models.engine_choice import resolve_engine
 
     if any(getattr(a, f) != getattr(b, f) for f in MODEL_RELOAD_FIELDS - {"engine"}):
         return False

@@ -171,10 +171,19 @@ def test_a_missing_or_wrong_token_is_401(running: Running, auth: str | None) -> 
     assert running.session.active_preset == "Astro"  # the unauthorised switch did not run
 
 
+def test_status_names_the_engine_that_runs(tmp_path: Path) -> None:
+    """A new user's trial: /status said "engine": "auto" of a session running the classic
+    engine."""
+    cfg = AppConfig(engine=EngineConfig(engine="auto", models_dir=str(tmp_path / "none")))
+    status = Session(cfg).status()
+    assert (status["engine"], status["engine_asked"]) == ("classic", "auto")
+
+
 def test_status_and_presets(running: Running) -> None:
     code, status, resp = running.request("GET", "/status")
     assert code == 200 and resp.getheader("Content-Type").startswith("application/json")
     assert status["running"] and status["engine"] == "classic"
+    assert status["engine_asked"] == status["engine"]
     assert status["precision"] == "n/a (classic engine)"
     assert set(status) >= {"fps", "latency_ms", "dropped", "preset", "guard", "swap"}
     assert status["fps"]["output"] > 0 and status["guard"]["mode"] == "off"

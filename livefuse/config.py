@@ -60,6 +60,9 @@ VIDEO_ENCODER_CHOICES: tuple[str, ...] = (
     "auto", "libx264", "libx265", "h264_nvenc", "hevc_nvenc", "av1_nvenc")
 """Video file encoders (``run``, ``batch``): ``auto`` = NVENC H.264 when it really opens on this
 GPU, else libx264 (:func:`livefuse.io.codecs.choose_encoder`)."""
+MAX_CAPTURE_SIDE = 8192
+"""The largest camera and virtual-camera side taken (8K is 7680): a new user's trial gave
+``--width 99999 --virtual-cam``, accepted while ``--fps 1e9`` was refused."""
 MAX_CRF = 51
 """The top of x264's CRF scale for 8-bit video (x264 --fullhelp: "--crf <float>", 0-51): the
 --crf option's range, and where the other encoders' scales end too."""
@@ -257,6 +260,9 @@ class CaptureConfig:
         _check_choice("capture kind", self.kind, CAPTURE_CHOICES)
         if self.width < 16 or self.height < 16:
             raise ConfigError(f"capture size {self.width}x{self.height} is below 16x16 px")
+        if max(self.width, self.height) > MAX_CAPTURE_SIDE:
+            raise ConfigError(f"capture size {self.width}x{self.height} is above "
+                              f"{MAX_CAPTURE_SIDE} px a side")
         if not 1.0 <= self.fps <= 240.0:
             raise ConfigError(f"capture fps={self.fps} must be within 1..240")
         if self.max_open_attempts is not None and self.max_open_attempts < 1:

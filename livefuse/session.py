@@ -634,8 +634,9 @@ class Session:
         """
         preset = self.presets.load(name)
         keeps = self.active_preset
+        # nothing to keep before a first face (`live --preset P` with P's photo gone)
         tail = f"; the stream keeps preset '{keeps}'" if keeps else \
-            "; the stream keeps its source face"
+            "; the stream keeps its source face" if self._source_face is not None else ""
         try:
             image = self._photo(preset.source.path)
             self._switch(preset.applied_to(self._config), image, preset.source.face_index,

@@ -40,6 +40,11 @@ def _cmd_save(args: argparse.Namespace) -> int:
     from livefuse.engine import Engine
     from livefuse.imaging import load_image
 
+    store = PresetStore()
+    taken = None if args.force else store.find(args.name)
+    if taken is not None:  # before the photo's detection, and with the way out
+        raise PresetError(args.name, f"a preset called '{taken}' exists already (--force "
+                                     "replaces it)")
     if args.reference is not None:
         # an option trial: the photo was dropped and the preset then refused by `live`
         raise ConfigError(f"--reference {args.reference}: a preset keeps the face selector, not "
@@ -64,7 +69,7 @@ def _cmd_save(args: argparse.Namespace) -> int:
     face = engine.set_source(load_image(args.source, "source"), args.source_face_index)
     for note in engine.source_notes:
         print(f"source: {note}", file=sys.stderr)
-    path = PresetStore().save(preset, overwrite=args.force)
+    path = store.save(preset, overwrite=args.force)
     x1, y1, x2, y2 = (round(float(v)) for v in face.bbox)
     print(f"saved preset '{path.stem}' to {path} (source face at {x1},{y1}-{x2},{y2})")
     return 0

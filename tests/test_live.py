@@ -491,6 +491,18 @@ def test_live_cli_argument_slips_are_refused(options: list[str], says: str,
     assert exc.value.code == 2 and says in capsys.readouterr().err
 
 
+def test_live_cli_a_capture_size_past_8k_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: accepted, where `--fps 1e9` was refused."""
+    from livefuse.cli import main
+    from livefuse.imaging import save_image
+    from livefuse.samples import astronaut
+
+    src = save_image(tmp_path / "src.png", astronaut())
+    assert main(["live", "-s", str(src), "--width", "99999", "--virtual-cam"]) == 2
+    assert "capture size 99999x720 is above 8192 px a side" in capsys.readouterr().err
+
+
 def test_live_cli_loop_without_a_video_is_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An option trial: `--loop` with a camera was accepted and did nothing."""

@@ -162,6 +162,10 @@ def test_presets_cli_save_list_show_rename_delete(
     assert main(["presets", "list"]) == 0
     out = capsys.readouterr().out
     assert "Ctrl+1  Stream A: classic, faces one, guard blur, cache off" in out
+    # a name taken: said before the photo's detection, with the way out (a new user's trial)
+    assert main(["presets", "save", "stream a", "-s", str(tmp_path / "no-photo.png")]) == 2
+    assert "a preset called 'Stream A' exists already (--force replaces it)" in \
+        capsys.readouterr().err
     assert main(["presets", "show", "stream a"]) == 0
     assert 'mode = "blur"' in capsys.readouterr().out
     assert main(["presets", "rename", "Stream A", "Stream B"]) == 0

@@ -133,6 +133,16 @@ def test_switch_takes_the_next_frame_with_no_black_or_unswapped_frame(
     assert face_diff(outs[8], "Astro", 8) < 0.5 * face_diff(outs[8], "Hanks", 8)
 
 
+def test_a_first_preset_that_cannot_be_used_claims_nothing_is_kept(
+        store: PresetStore, analyser: Any, clip: GuardClip) -> None:
+    """A new user's trial: `live --preset P` with P's photo gone said "the stream keeps its
+    source face" before any stream or face existed."""
+    session = _session(store, analyser, LockstepSource(clip.frames), lambda f, t: None)
+    with pytest.raises(PresetError) as exc:
+        session.switch_preset("Gone")
+    assert "file not found" in str(exc.value) and "keeps" not in str(exc.value)
+
+
 def test_a_reference_preset_is_ready_only_with_a_reference_photo(
         store: PresetStore, analyser: Any, clip: GuardClip, astronaut_path: Path) -> None:
     """An option trial: `live --control-port` said "preset Ref: ready" of a preset that swaps

@@ -26,7 +26,7 @@ from livefuse.imaging import (
     save_image,
     swap_colour,
 )
-from livefuse.io.paths import check_output
+from livefuse.io.paths import check_output, other_writer
 from livefuse.io.pipeline import ChainStats
 from livefuse.io.video import (
     OUTPUT_VIDEO_SUFFIXES,
@@ -362,6 +362,10 @@ def check_run_paths(target: Path, output: Path,
     """
     inputs = {"target": target, **(other_inputs or {})}
     check_output_path(output, inputs)
+    writer = other_writer(output)
+    if writer is not None:  # both would finish, and the later rename would win unsaid
+        raise LivefuseError(f"output '{output}': another livefuse process (pid {writer}) is "
+                            "writing it now; give another output name")
     if target.is_dir():
         raise LivefuseError(f"target '{target}' is a folder; give an image or a video file")
     if is_image_path(target):

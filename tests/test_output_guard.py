@@ -220,17 +220,34 @@ def test_two_processes_never_write_one_part_file(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from livefuse.errors import VideoError
+    from livefuse.errors import LivefuseError, VideoError
     from livefuse.io.paths import part_path
     from livefuse.io.sinks import RecorderSink
+    from livefuse.run import check_run_paths
 
     out = tmp_path / "same.mp4"
     other = subprocess.run(
         [sys.executable, "-c", "import sys; from pathlib import Path; "
          "from livefuse.io.paths import part_path; print(part_path(Path(sys.argv[1])))",
          str(out)], capture_output=True, text=True, check=True).stdout.strip()
-    assert Path(other) != part_path(out)
+    assert Path(other) != part_path(out) != part_path(out)  # in one process too
     assert Path(other).parent == out.parent and Path(other).suffix == ".mp4"
     assert Path(other).name.startswith(".same.livefuse-part")
     with pytest.raises(VideoError, match=r"^recording '"):
         RecorderSink(tmp_path / "rec.avi")
+    # a second writer of one file is refused while the first runs: both finished, the later
+    # rename won and neither said so; a part file left by a process that ended does not count
+    if os.name == "posix":
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            part = out.with_name(f".same.livefuse-part-{sleeper.pid}-abc123.mp4")
+            part.write_bytes(b"")
+            said = rf"another livefuse process \(pid {sleeper.pid}\)"
+            with pytest.raises(VideoError, match=said):
+                RecorderSink(out)
+            with pytest.raises(LivefuseError, match=said):
+                check_run_paths(tmp_path / "in.mp4", out)
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        RecorderSink(out)  # its process ended: a leftover, not a writer

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import glob
 import os
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -78,17 +79,40 @@ def check_output(output: PathLike, inputs: Mapping[str, PathLike | None],
 
 
 PART_INFIX = ".livefuse-part"
-"""Temp outputs are ``.{stem}.livefuse-part-{pid}{suffix}`` beside the destination
+"""Temp outputs are ``.{stem}.livefuse-part-{pid}-{random}{suffix}`` beside the destination
 (:func:`part_path`)."""
 
 
 def part_path(dst: Path) -> Path:
-    """The temp name ``dst`` is written under until it is complete: hidden, beside it, with its
-    suffix last (the muxer takes the container from it) and this process's id, so that two
-    processes writing the same output never write one part file (a new user's trial: a second
+    """A new temp name for ``dst`` to be written under until it is complete: hidden, beside it,
+    with its suffix last (the muxer takes the container from it), this process's id and a random
+    tag, so that no two writers share one part file (a new user's trial: a second
     `live --record same.mp4` took the first one's part, one recording was lost and the other
-    session failed at its rename)."""
-    return dst.with_name(f".{dst.stem}{PART_INFIX}-{os.getpid()}{dst.suffix}")
+    session failed at its rename; the app restarting a recording while the last one closes is
+    one process)."""
+    return dst.with_name(f".{dst.stem}{PART_INFIX}-{os.getpid()}-{secrets.token_hex(3)}"
+                         f"{dst.suffix}")
+
+
+def other_writer(dst: Path) -> int | None:
+    """The id of another running process writing ``dst`` now (its part file is there), or
+    ``None``. A part file whose process has ended is left over from a crash and does not count.
+    POSIX only (on Windows ``os.kill(pid, 0)`` would end the process): ``None`` there."""
+    if os.name != "posix":
+        return None
+    head = f".{dst.stem}{PART_INFIX}-"
+    for part in part_paths(dst):
+        pid_text = part.name[len(head):].split("-", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:  # alive, another user's
+            pass
+        return int(pid_text)
+    return None
 
 
 def part_paths(dst: Path) -> list[Path]:
@@ -99,5 +123,5 @@ def part_paths(dst: Path) -> list[Path]:
                                 f"{glob.escape(dst.suffix)}"))
 
 
-__all__ = ["PART_INFIX", "OutputIsInputError", "check_output", "part_path", "part_paths",
-           "same_file"]
+__all__ = ["PART_INFIX", "OutputIsInputError", "check_output", "other_writer", "part_path",
+           "part_paths", "same_file"]

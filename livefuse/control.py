@@ -19,7 +19,8 @@ Endpoints (answers are JSON objects; errors are ``{"error": "..."}``):
 ``GET /presets``            the presets and the active one
 ``POST /preset``            ``{"name": "Gaming"}``: switch preset (404 unknown; 422 refused)
 ``POST /swap``              ``{"on": false}``: swap on or off
-``POST /guard``             ``{"mode": "blur", "hold_frames": 15}``: privacy guard
+``POST /guard``             ``{"mode": "hold", "hold_frames": 15}``: privacy guard
+                            (``hold_frames`` only with ``hold``)
 ``POST /source``            ``{"path": "/photos/me.jpg", "face_index": 0}``: source photo
 ==========================  ========================================================
 """
@@ -101,7 +102,8 @@ class TokenFile:
     """The token stored in a file, read again whenever the file changes (inode, size or
     modification time), so that ``livefuse control-token --new`` locks the old token out of a
     running session at once (a new user's trial: the old one kept working until a restart).
-    A file that cannot be read keeps the last token read. Request threads call it."""
+    A deleted file is made anew with a new token; one that cannot be read keeps the last token
+    read. Request threads call it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -112,6 +114,10 @@ class TokenFile:
     def __call__(self) -> str:
         try:
             st = self.path.stat()
+        except FileNotFoundError:  # "delete the file and a new one is made": the old is out
+            with self._lock, contextlib.suppress(LivefuseError):
+                self._token = load_or_create_token(self.path)
+            return self._token
         except OSError:
             return self._token
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)  # --new writes a new file

@@ -38,6 +38,7 @@ from livefuse.types import Face, Frame, FramePacket, StagedFrame
 
 if TYPE_CHECKING:
     from livefuse.engine import PreparedSource
+    from livefuse.models.engine_choice import EngineChoice
 
 _POLL_S = 0.25  # how often the inference thread wakes without frames (watchdog, stop)
 REBUILD_DELAY_S = 0.3
@@ -75,6 +76,8 @@ class EngineLike(Protocol):
     def reference_notes(self) -> tuple[str, ...]: ...
     @property
     def precision_in_use(self) -> str: ...
+    @property
+    def engine_choice(self) -> EngineChoice: ...
     @property
     def cache(self) -> Any: ...
 

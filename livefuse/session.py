@@ -181,6 +181,15 @@ class Session:
         return runner.engine if runner is not None else self._engine
 
     @property
+    def engine_in_use(self) -> str:
+        """The engine that runs (``classic`` or ``neural``): the built engine's, or before one
+        is built what the settings resolve to (``auto`` against the models installed)."""
+        engine = self.engine
+        if engine is not None:
+            return engine.engine_choice.engine
+        return resolve_engine(self._config.engine).engine
+
+    @property
     def precision_in_use(self) -> str:
         """What the engine really runs (``fp16``, ``fp32 (fallback)``, ``n/a (classic
         engine)``), or the requested precision before the engine exists."""
@@ -800,7 +809,7 @@ class Session:
             "source": None if self.source_path is None else str(self.source_path),
             "swap": self._swap,
             # the engine that runs, not "auto" (a new user's trial); and what was asked
-            "engine": resolve_engine(cfg.engine).engine, "engine_asked": cfg.engine.engine,
+            "engine": self.engine_in_use, "engine_asked": cfg.engine.engine,
             "precision": self.precision_in_use,
             "detect_every": cfg.effective_engine().detect_every,
             "guard": {"mode": cfg.guard.mode, "hold_frames": cfg.guard.hold_frames,

@@ -10,6 +10,7 @@ from typing import Any
 from livefuse.cache import PoseCache
 from livefuse.config import CacheConfig, EngineConfig
 from livefuse.imaging import LoadedImage
+from livefuse.models.engine_choice import EngineChoice
 from livefuse.types import Frame, FramePacket, StagedFrame
 
 
@@ -25,6 +26,7 @@ class PassEngine:
     def __init__(self, rebuild: bool = False) -> None:
         self.cache = PoseCache(CacheConfig(enabled=False))
         self.precision_in_use = "n/a (stub)"
+        self.engine_choice = EngineChoice("classic", "classic", "a test engine")
         self.source_notes: tuple[str, ...] = ()
         self.reference_notes: tuple[str, ...] = ()
         self.rebuild = rebuild

@@ -155,6 +155,9 @@ def test_a_new_token_locks_the_old_one_out_of_a_running_server(
         assert status(old) == 200
         new = load_or_create_token(path, new=True)
         assert new != old and status(new) == 200 and status(old) == 401
+        # read_token's advice, "delete the file and a new one is made", locks the old out too
+        path.unlink()
+        assert status(new) == 401 and status(read_token(path)) == 200
     finally:
         server.close()
 

@@ -1045,6 +1045,9 @@ class MainWindow(QMainWindow):
         if event.type() == QEvent.Type.ActivationChange and self.isActiveWindow() \
                 and not self._closed:
             self.refresh_presets()
+            # ... and a token replaced by `livefuse control-token --new`, which the app's own
+            # server takes at once (livefuse.control.TokenFile): Copy must give the new one
+            self._load_token()
         super().changeEvent(event)
 
     # -- running -------------------------------------------------------------------------------

@@ -338,7 +338,9 @@ def typed_options(argv: Sequence[str]) -> frozenset[str]:
     pending: list[argparse.ArgumentParser] = [parser]
     while pending:
         p = pending.pop()
-        for action in p._actions:  # argparse's documented way to walk a parser's arguments
+        # argparse has no public way to walk a parser's arguments; _actions, _defaults and
+        # _SubParsersAction have stood unchanged since Python 3.2
+        for action in p._actions:
             if isinstance(action, argparse._SubParsersAction):
                 pending.extend(action.choices.values())
             action.default = argparse.SUPPRESS
@@ -346,18 +348,35 @@ def typed_options(argv: Sequence[str]) -> frozenset[str]:
     return frozenset(vars(parser.parse_args(argv)))
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line parsed, with ``typed``: the options given on it
+    (:func:`typed_options`), which the commands' checks of options given and unused read
+    (``livefuse.live_cli.settings_given``, ``unused_settings``): a namespace made by another
+    parser has no ``typed`` and those commands fail on it.
+
+    Raises:
+        SystemExit: a command line argparse refuses (its message printed).
+    """
+    args = build_parser().parse_args(argv)
     args.typed = typed_options(sys.argv[1:] if argv is None else argv)
+    return args
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = parse(argv)
     logging.basicConfig(
         level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
         format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
         # `livefuse` alone opens the desktop app, as a streamer expects from a double-click.
-        args = parser.parse_args(["gui"])
+        args = parse(["gui"])
     try:
-        return int(args.func(args))
+        try:
+            return int(args.func(args))
+        except ImportError as exc:
+            if _caused_by_interrupt(exc):  # dlib's import, hit by Ctrl-C mid-command
+                raise KeyboardInterrupt from exc
+            raise
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("PySide6", "shiboken6"):
             from livefuse.extras import install_hint

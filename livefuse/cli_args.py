@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from livefuse.config import (
     BACKEND_CHOICES,
     BLEND_CHOICES,
+    BLEND_HELP,
     ENGINE_REQUEST_CHOICES,
     ENHANCER_CHOICES,
     FACE_MASK_REGION_CHOICES,
@@ -104,7 +105,8 @@ def _models_folder(text: str) -> str:
     return text
 
 
-def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEFAULTS) -> None:
+def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEFAULTS,
+                    reference: bool = True) -> None:
     """Add ``--engine --precision --backend --device --models-dir --face-selector
     --target-face-index --reference --detect-every --blend --[no-]keep-mouth`` and the neural
     engine's options, each defaulting to its value in ``defaults`` (``livefuse live`` passes
@@ -134,9 +136,12 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
                    help="one: the largest target face (or --target-face-index); many: every "
                         "face; reference: the face nearest to --reference; "
                         f"--target-face-index implies one (default: {selector})")
+    # without ``reference`` (a preset, which keeps no photo) it is parsed, to be refused with
+    # the way out, but not offered in the help
     p.add_argument("--reference", type=Path, default=None, metavar="PHOTO",
                    help="photo of the target person: swap only the face nearest to it by "
-                        "embedding (implies --face-selector reference)")
+                        "embedding (implies --face-selector reference)" if reference else
+                        argparse.SUPPRESS)
     p.add_argument("--target-face-index", type=at_least(0), default=None,
                    help="the one target face to swap, counted left to right from 0 (implies "
                         "--face-selector one) (default: the largest)")
@@ -144,8 +149,7 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
                    metavar="K", help="run detection every K frames and track in between "
                                      "(default: %(default)s)")
     p.add_argument("--blend", choices=BLEND_CHOICES, default=None,
-                   help="classic: feather (soft alpha edge, keeps identity) or seamless (Poisson "
-                        f"clone, washes identity out) (default: {d.blend})")
+                   help=f"classic engine: {BLEND_HELP} (default: {d.blend})")
     p.add_argument("--keep-mouth", action=argparse.BooleanOptionalAction, default=None,
                    help="keep the target's open inner mouth (teeth, tongue) over the swap: the "
                         "classic engine finds it from its 68 landmarks (and leaves out the "

@@ -36,6 +36,9 @@ PRECISION_CHOICES: tuple[str, ...] = get_args(Precision)
 BACKEND_CHOICES: tuple[str, ...] = get_args(Backend)
 FACE_SELECTOR_CHOICES: tuple[str, ...] = get_args(FaceSelector)
 BLEND_CHOICES: tuple[str, ...] = get_args(BlendMode)
+BLEND_HELP = ("feather: a soft alpha edge, keeps the source's identity; seamless: Poisson "
+              "cloning, matches the light at the edge but washes identity out")
+"""What each blend does, one text for ``--blend`` and the app's tooltip."""
 CAPTURE_CHOICES: tuple[str, ...] = get_args(CaptureKind)
 ROTATION_CHOICES: tuple[str, ...] = get_args(Rotation)
 GUARD_CHOICES: tuple[str, ...] = get_args(GuardMode)

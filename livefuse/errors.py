@@ -8,7 +8,7 @@ FFmpeg.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 MIN_FACE_PX = 80
 """Smallest face width (px) to ask users for. Source: dlib's HOG frontal face detector (the
@@ -71,7 +71,8 @@ class VideoError(LivefuseError):
     """A video file cannot be decoded or the output cannot be encoded; ``role`` names the file
     in the message (``video``, or ``recording`` for live's)."""
 
-    def __init__(self, path: str | Path, problem: str, role: str = "video") -> None:
+    def __init__(self, path: str | Path, problem: str,
+                 role: Literal["video", "recording"] = "video") -> None:
         self.path = Path(path)
         self.problem = problem
         super().__init__(f"{role} '{path}': {problem}")

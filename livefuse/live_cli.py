@@ -33,24 +33,26 @@ from livefuse.presets import Preset, PresetStore
 from livefuse.session import Session
 
 OPEN_ATTEMPTS = 5
-_STREAM_SCHEMES = ("http", "https", "rtmp", "rtmps", "rtsp", "srt", "udp", "tcp")
 """``livefuse live`` gives up on a camera after this many failed opens in a row (about 12 s
 with the capture's back-off); the app keeps retrying instead."""
+_STREAM_SCHEMES = ("http", "https", "rtmp", "rtmps", "rtsp", "srt", "udp", "tcp")
 
 
-def add_settings_args(p: argparse.ArgumentParser) -> None:
-    """The engine and cache options of ``live`` (and of ``presets save``), live's defaults."""
+def add_settings_args(p: argparse.ArgumentParser, reference: bool = True) -> None:
+    """The engine and cache options of ``live`` (and of ``presets save``: ``reference=False``,
+    see :func:`livefuse.cli_args.add_engine_args`), live's defaults."""
     cache = LIVE_DEFAULTS.cache
     p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=cache.enabled,
                    help="pose-similarity cache "
                         f"(default: {'on' if cache.enabled else 'off, --cache turns it on'})")
     p.add_argument("--cache-refresh", type=at_least(1), default=cache.refresh_every_n,
+                   metavar="N",
                    help="a fresh swap at least every N frames: a cached swap serves at most N "
                         "frames, the one it was made on included (1: no reuse) "
                         f"(default: {cache.refresh_every_n})")
     p.add_argument("--cache-threshold", type=float, default=cache.threshold,
                    help="similarity (0..1] at or above which a cached swap is reused")
-    add_engine_args(p, LIVE_DEFAULTS.engine)
+    add_engine_args(p, LIVE_DEFAULTS.engine, reference)
 
 
 def add_guard_args(p: argparse.ArgumentParser) -> None:
@@ -258,6 +260,12 @@ def run_live(args: argparse.Namespace) -> int:
                           "(`livefuse presets save`) or leave --preset out")
     preset = None if args.preset is None else PresetStore().load(args.preset)
     _refuse_unused_options(args, preset)
+    if preset is not None and args.reference is not None and args.control_port is None and \
+            preset.engine.face_selector != "reference":
+        # with the control API a later switch may go to a preset that swaps that person
+        raise ConfigError(f"--reference {args.reference}: preset '{preset.name}' swaps "
+                          f"faces by '{preset.engine.face_selector}', not the person in a "
+                          "reference photo")
     # the photos before the engine is chosen: a damaged one is the first line, not one after
     # the engine's
     face = None if args.source is None else load_image(args.source, "source")

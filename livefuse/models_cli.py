@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from livefuse.cli_args import HelpFormatter, add_models_dir_arg
+from livefuse.cli_args import HelpFormatter, add_models_dir_arg, at_least
 from livefuse.errors import LivefuseError
 from livefuse.models import catalog
 from livefuse.models import download as dl
@@ -162,7 +162,8 @@ def add_parser(sub: Any) -> None:
         formatter_class=HelpFormatter)
     q.add_argument("name", nargs="+", help="catalog names (see `livefuse models list`), or "
                                            "'all'")
-    q.add_argument("--timeout", type=float, default=30.0, help="network timeout in s")
+    q.add_argument("--timeout", type=at_least(0, float, strict=True), default=30.0,
+                   help="network timeout in s (default: %(default)s)")
     add_models_dir_arg(q, argparse.SUPPRESS)
     q.set_defaults(func=cmd_fetch)
     q = msub.add_parser(

@@ -126,7 +126,7 @@ def add_parsers(sub: Any) -> None:
                    help="face of the photo, left to right from 0 (default: the most "
                         "confident)")
     q.add_argument("--force", action="store_true", help="replace a preset of that name")
-    add_settings_args(q)
+    add_settings_args(q, reference=False)
     add_guard_args(q)
     q.set_defaults(func=_cmd_save)
     q = ps.add_parser("show", help="print a preset's file", formatter_class=HelpFormatter)

@@ -56,3 +56,9 @@ def test_an_interrupt_while_starting_up_is_one_line_and_exit_130(
     monkeypatch.setattr(cli, "build_parser", broken)
     with pytest.raises(ImportError, match="a broken install"):
         cli.main(["doctor"])
+    monkeypatch.undo()
+    # ... and inside a command: its own interrupt handling (batch says what it kept)
+    monkeypatch.setattr("livefuse.doctor.cmd_doctor", lambda args: import_interrupted())
+    capsys.readouterr()
+    assert cli.main(["doctor"]) == 130
+    assert capsys.readouterr().err == "livefuse: interrupted\n"

@@ -53,6 +53,14 @@ def test_run_help_shows_the_engine_defaults() -> None:
         assert shown in text, shown
 
 
+def test_presets_save_does_not_offer_the_reference_it_refuses() -> None:
+    """A review: `presets save --help` offered --reference, which the command refuses (a preset
+    keeps no photo: `live --preset NAME --reference PHOTO`)."""
+    top = _subparsers(build_parser())
+    text = _subparsers(top["presets"])["save"].format_help()
+    assert "--reference PHOTO" not in text and "--reference PHOTO" in top["live"].format_help()
+
+
 def test_engine_args_show_defaults_on_any_parser() -> None:
     """`livefuse live` builds its own parser: the shared options name their defaults."""
     parser = argparse.ArgumentParser()  # the plain formatter, as a caller may use
@@ -95,6 +103,8 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     (["batch", "-s", "a.png", "in", "-o", "out", "--workers", "0"],
      "--workers: 0 must be at least 1"),
     (["bench", "--frames", "0"], "--frames: 0 must be at least 1"),
+    (["models", "fetch", "det_10g", "--timeout", "nan"], "--timeout: nan is not a finite number"),
+    (["models", "fetch", "det_10g", "--timeout", "-1"], "--timeout: -1 must be more than 0"),
     (["models", "--models-dir", __file__, "list"], f"'{__file__}' is a file, not a folder"),
 ])
 def test_out_of_range_numbers_are_refused_in_the_options_own_terms(

@@ -568,6 +568,11 @@ def test_live_and_presets_take_what_a_preset_keeps_and_refuse_what_it_would_igno
     assert "needs a reference photo" in capsys.readouterr().err
     assert main(["live", "--preset", "Ref", "--reference", str(src), "--video", str(clip),
                  "--duration", "1"]) == 0
+    capsys.readouterr()
+    assert main(["live", "--preset", "NoCache", "--reference", str(src), "--video",
+                 str(clip)]) == 2  # a review: taken and ignored, an extra detection
+    assert "preset 'NoCache' swaps faces by 'one', not the person in a reference photo" in \
+        capsys.readouterr().err
     stored = sorted(p.name for p in (tmp_path / "cfg" / "livefuse" / "presets").iterdir())
     assert stored == ["NoCache.toml", "Ref.toml"]
 

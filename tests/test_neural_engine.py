@@ -199,6 +199,7 @@ def test_deferred_fp16_guard_redoes_a_bad_frame_in_fp32(paths: NeuralPaths, sour
     ref = engine("fp32").process(StagedFrame(host=frame.copy(),
                                              device=torch.from_numpy(frame.copy())))
     assert calls["n"] == 1 and fp16.precision_in_use == "fp32 (fallback)"
+    assert "failed the precision check" in fp16.precision_reason  # not the first choice's line
     assert out.swapped == ref.swapped == 1
     assert out.output is not None and ref.output is not None
     np.testing.assert_array_equal(out.output, ref.output)
@@ -387,4 +388,7 @@ def test_a_pipelined_video_starts_each_detection_ahead_and_equals_serial(
         counts.append((count.runs, count.launches))
     assert len(outs[0]) == 12 and all(np.array_equal(x, y) for x, y in zip(*outs, strict=True))
     assert counts[0] == (12, 0)
-    assert counts[1][0] == 12 and counts[1][1] >= 6  # the next frame not always staged yet
+    # how many of the 12 start ahead depends on the threads' timing (the next frame is not
+    # always staged yet): 1 to 12 on 2 busy cores, so the test asks for the mechanism, not a
+    # share (>= 6 failed about 1 run in 4 while other jobs ran)
+    assert counts[1][0] == 12 and counts[1][1] >= 1

@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
 from livefuse.config import (
     BACKEND_CHOICES,
     BLEND_CHOICES,
+    BLEND_HELP,
     CONTROL_HOST,
     ENGINE_REQUEST_CHOICES,
     ENHANCER_CHOICES,
@@ -68,8 +69,6 @@ from livefuse.models.engine_choice import EngineChoice
 
 _INT_MAX = 2**31 - 1  # QSpinBox's own limit: the CLI sets none on these
 CLASSIC_ONLY_TIP = "Applies to the classic engine only: the neural engine pastes with its masks"
-BLEND_TIP = ("feather: a soft alpha edge, keeps the source's identity; seamless: Poisson "
-             "cloning, matches the light at the edge but washes identity out")
 NEURAL_ONLY_TIP = ("Applies to the neural engine only: the classic engine runs dlib and OpenCV "
                    "on the CPU in float32")
 PRECISION_TIP = "auto: fp16 on CUDA with compute capability >= 7.0, else fp32"
@@ -135,6 +134,8 @@ NO_TOKEN = "none yet"
 ANY_PORT = "any free port"
 
 
+KEEP_MOUTH_CLASSIC_TIP = ("The target's open mouth (teeth, tongue) shows through the swap, and "
+                          "the source's own teeth are left out")
 KEEP_MOUTH_TIP = ("The neural engine keeps the mouth with the face parser: tick the region mask "
                   "(Face, neural engine) to use this")
 
@@ -167,12 +168,12 @@ class SettingsPanel(QWidget):
         self.backend = _combo(BACKEND_CHOICES)
         self.cache_enabled = QCheckBox("Pose-similarity cache")
         self.threshold = QDoubleSpinBox()
-        # the ranges config.py validates (and the CLI takes): a stored value outside a narrower
-        # range was clamped and written back at the first edit (an option trial: a threshold
-        # of 0.3 became 0.5, a refresh of 200 became 120)
-        self.threshold.setRange(0.01, 1.00)
+        # the ranges config.py validates and the CLI takes, as near as a spin box gets ((0, 1]
+        # from 0.001): a stored value outside a narrower range was clamped and written back at
+        # the first edit (an option trial: a threshold of 0.3 became 0.5, a refresh of 200, 120)
+        self.threshold.setRange(0.001, 1.00)
         self.threshold.setSingleStep(0.01)
-        self.threshold.setDecimals(2)
+        self.threshold.setDecimals(3)
         self.refresh = QSpinBox()
         self.refresh.setRange(1, _INT_MAX)
         self.refresh.setSuffix(" frames")
@@ -196,7 +197,7 @@ class SettingsPanel(QWidget):
         self.mask_blur = QDoubleSpinBox()
         self.mask_blur.setRange(0.0, 1.0)
         self.mask_blur.setSingleStep(0.05)
-        self.mask_blur.setDecimals(2)
+        self.mask_blur.setDecimals(3)
         self.enhancer = _combo((NO_ENHANCER, *ENHANCER_CHOICES))
         self.enhancer_blend = QDoubleSpinBox()
         self.enhancer_blend.setRange(0.0, 100.0)
@@ -597,9 +598,10 @@ class SettingsPanel(QWidget):
         # the neural engine finds the mouth with the face parser: without the region mask it
         # swaps the mouth, so the box would be ignored (the CLI refuses the option there)
         self.keep_mouth.setEnabled(not neural or region)
-        self.keep_mouth.setToolTip("" if not neural or region else KEEP_MOUTH_TIP)
+        self.keep_mouth.setToolTip(KEEP_MOUTH_CLASSIC_TIP if not neural else
+                                   "" if region else KEEP_MOUTH_TIP)
         self.blend.setEnabled(not neural)
-        self.blend.setToolTip(BLEND_TIP if not neural else CLASSIC_ONLY_TIP)
+        self.blend.setToolTip(BLEND_HELP if not neural else CLASSIC_ONLY_TIP)
         self.mask_blur.setEnabled(self.masks["box"].isChecked())
         self.enhancer_blend.setEnabled(self.enhancer.currentText() != NO_ENHANCER)
         self.hold_frames.setEnabled(self.guard_mode.currentData() == "hold")

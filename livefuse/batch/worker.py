@@ -235,7 +235,7 @@ class BatchWorker:
         if cpus is not None:
             import cv2
 
-            cv2.setNumThreads(max(1, round(cpus)))
+            cv2.setNumThreads(max(1, math.floor(cpus + 0.5)))  # as codec_threads rounds
             if not self.video.threads:
                 self.video = replace(self.video, threads=codec_threads(cpus))
         self.info = WorkerInfo(name, os.getpid(), socket.gethostname(), gpu_ids,

@@ -92,7 +92,7 @@ _SPECULAR_SPAN = 0.3
 _SPECULAR_CUT = 0.8
 # A 68-point fit of a smiling source puts its inner-lip points on its teeth, so the teeth reach
 # into its lip band and would lay white lips on a target whose mouth is closed (Rachel in
-# t1.jpg: lips 9.6 L levels lighter than her cheeks, against 11.8 darker on the astronaut).
+# t1.jpg: lips 6 L levels lighter than her cheeks, medians; 54 darker in the original).
 # Teeth show when the inner mouth is this many L levels (8-bit LAB) lighter than the lip band
 # (medians): the astronaut's are 23 lighter; t1.jpg's six mouths, closed, dark or with
 # shaded teeth, read -60 to +9 (docs/CLASSIC.md, "The mouth")

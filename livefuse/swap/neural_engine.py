@@ -146,6 +146,8 @@ class NeuralRenderer:
 
     @property
     def precision_reason(self) -> str:
+        if self.swapper.precision_in_use.endswith("(fallback)"):
+            return "the fp16 output failed the precision check, so fp32 runs from then on"
         return self.swapper.precision_reason
 
     def configure(self, config: EngineConfig) -> None:

@@ -406,6 +406,46 @@ def test_a_10_bit_input_is_said_to_become_8_bit(tmp_path: Path) -> None:
     assert not any("bit" in n for n in plain.notes)
 
 
+@pytest.mark.parametrize("trc", [16, 18])  # PQ (HDR10), HLG
+def test_an_hdr_video_keeps_its_brightness(tmp_path: Path, trc: int) -> None:
+    """A new user's trial: a 10-bit BT.2020 HDR clip (PQ or HLG) came out with its whites grey
+    (luma p99 229 -> 141 with PQ), exit 0: asked for the input's transfer and primaries, FFmpeg's
+    scaler took the BGR samples for sRGB and mapped them into PQ. They are the input's own code
+    values: only the tags are the input's."""
+    import cv2
+    from skimage import data
+
+    src = tmp_path / "hdr.mp4"
+    img = cv2.resize(data.astronaut(), (320, 240))
+    with av.open(str(src), "w") as out:
+        vs = out.add_stream("libx265", rate=30)
+        vs.width, vs.height, vs.pix_fmt = 320, 240, "yuv420p10le"
+        vs.options = {"x265-params": "log-level=error"}
+        cc = vs.codec_context
+        cc.color_range, cc.color_primaries, cc.color_trc, cc.colorspace = 1, 9, trc, 9
+        for _ in range(3):
+            frame = av.VideoFrame.from_ndarray(img, format="rgb24").reformat(
+                format="yuv420p10le", dst_colorspace=9, dst_color_range=1)
+            frame.color_range, frame.color_primaries, frame.color_trc, frame.colorspace = \
+                1, 9, trc, 9
+            for pkt in vs.encode(frame):
+                out.mux(pkt)
+        for pkt in vs.encode(None):
+            out.mux(pkt)
+    dst = tmp_path / "o.mp4"
+    transcode(src, dst, lambda f, i: f)
+
+    def luma(path: Path) -> np.ndarray:
+        with av.open(str(path)) as c:
+            frame = next(c.decode(video=0))
+            assert (frame.color_primaries, frame.color_trc) == (9, trc)  # still tagged HDR
+            return frame.reformat(format="gray").to_ndarray().astype(np.float64)
+
+    before, after = luma(src), luma(dst)
+    assert abs(np.percentile(after, 99) - np.percentile(before, 99)) <= 3
+    assert abs(after.mean() - before.mean()) <= 3
+
+
 def test_nvdec_falls_back_to_the_cpu_and_says_why(tmp_path: Path) -> None:
     src = ntsc_clip(tmp_path / "in.mp4", frames=12)
     opened = open_video(src, "nvdec")

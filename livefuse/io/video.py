@@ -301,12 +301,17 @@ class _Colour:
 
     def to_yuv(self, frame: Any, threads: int | None = None) -> Any:
         """``frame`` (bgr24) as yuv420p in this description: the exact inverse of the
-        conversion PyAV made to give the frame as BGR (it follows the decoded frame's tags), so
-        an unchanged pixel comes back as it was decoded and a 709 video is not shifted."""
-        return frame.reformat(format="yuv420p", dst_colorspace=self.space,
-                              dst_color_range=self.range or None,
-                              dst_color_primaries=self.primaries, dst_color_trc=self.trc,
-                              interpolation=_TO_YUV, threads=threads)
+        conversion PyAV made to give the frame as BGR (it follows the decoded frame's matrix and
+        range), so an unchanged pixel comes back as it was decoded and a 709 video is not
+        shifted. The primaries and transfer are only tagged: the BGR samples are the input's
+        own code values, and asked to convert to them FFmpeg's scaler (8.x) took the BGR for
+        sRGB and mapped it into PQ or HLG (a new user's trial: an HDR10 clip came out with its
+        whites grey, luma p99 229 -> 141, exit 0)."""
+        out = frame.reformat(format="yuv420p", dst_colorspace=self.space,
+                             dst_color_range=self.range or None, interpolation=_TO_YUV,
+                             threads=threads)
+        out.color_primaries, out.color_trc = self.primaries, self.trc
+        return out
 
 
 @dataclass(eq=False)

@@ -139,7 +139,9 @@ def _depth_notes(im: Image.Image) -> tuple[str, ...]:
     if im.mode.startswith("I") or im.mode == "F" or raw16:
         notes.append("the target has more than 8 bits per sample; the output has 8")
     if im.mode in ("L", "LA", "La", "1", "F") or im.mode.startswith("I"):
-        notes.append("the target is grey; the output is written in colour")
+        # the file, not the picture: grey stays grey (a trial read "in colour" as colourised)
+        notes.append("the target is a one-channel grey file; the output is stored as RGB, "
+                     "its pixels still grey")
     return tuple(notes)
 
 

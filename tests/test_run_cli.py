@@ -611,6 +611,11 @@ def test_audio_an_mp4_cannot_hold_is_refused_before_the_frames(
     assert "write a .mkv instead" in err[-1] and "Traceback" not in said.err
     assert "frames:" not in said.out  # refused before the run, not after it
     assert not out.exists() and not [p for p in tmp_path.iterdir() if "part" in p.name]
+    # .m4v (FFmpeg's ipod muxer): PyAV refuses the pair itself, with a ValueError (a traceback)
+    assert _run("-s", astronaut_path, "-t", clip, "-o", tmp_path / "out.m4v") == 2
+    said = capsys.readouterr()
+    assert "its audio (pcm_s16le) cannot be copied into a .m4v file" in said.err
+    assert "Traceback" not in said.err and not (tmp_path / "out.m4v").exists()
     assert _run("-s", astronaut_path, "-t", clip, "-o", tmp_path / "out.mkv") == 0
     assert _audio_streams(tmp_path / "out.mkv") == ["pcm_s16le"]
 

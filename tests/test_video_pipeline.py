@@ -311,6 +311,20 @@ def test_live_on_a_truncated_video_says_so_in_a_sentence_and_exits_3(
     assert 0 < len(read_frames(out)) < 150
 
 
+def test_an_error_after_frames_never_says_the_file_is_not_a_video() -> None:
+    """A new user's trial: a batch item cut short said "input ended early: 25 of 60 frames: no
+    readable video data: ... or it is not a video", beside the 25 frames it wrote."""
+    from livefuse.io.video import _Decoder
+
+    bad = av.error.InvalidDataError(-1094995529, "Invalid data found when processing input")
+    decoder = object.__new__(_Decoder)
+    decoder.decoded = 25
+    assert decoder._stopped_by(bad) == ("the data after that could not be read (the file is "
+                                        "damaged or was cut off)")
+    decoder.decoded = 0  # nothing read yet: it may not be a video at all
+    assert "or it is not a video" in decoder._stopped_by(bad)
+
+
 def test_a_file_cut_before_its_index_is_a_plain_sentence(
         tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     clip = ntsc_clip(tmp_path / "cut.mp4", frames=60)  # moov at the end
@@ -403,7 +417,20 @@ def test_a_10_bit_input_is_said_to_become_8_bit(tmp_path: Path) -> None:
     assert any("10-bit" in n and "8-bit" in n for n in result.notes), result.notes
     plain = transcode(ntsc_clip(tmp_path / "in.mp4", frames=4), tmp_path / "p.mp4",
                       lambda f, i: f)
-    assert not any("bit" in n for n in plain.notes)
+    assert not any("bit" in n or "colour (" in n for n in plain.notes)
+    # and finer colour than 4:2:0 (a new user's trial: a 4:4:4 input lost it unsaid)
+    full = tmp_path / "full.mkv"
+    with av.open(str(full), "w") as out:
+        vs = out.add_stream("libx264", rate=30)
+        vs.width, vs.height, vs.pix_fmt = 64, 48, "yuv444p"
+        for i in range(4):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 40 * i, np.uint8), "rgb24")
+            for pkt in vs.encode(frame.reformat(format="yuv444p")):
+                out.mux(pkt)
+        for pkt in vs.encode(None):
+            out.mux(pkt)
+    notes = transcode(full, tmp_path / "f.mkv", lambda f, i: f).notes
+    assert "input has 4:4:4 colour (yuv444p); the output is 4:2:0" in " ".join(notes), notes
 
 
 @pytest.mark.parametrize("trc", [16, 18])  # PQ (HDR10), HLG

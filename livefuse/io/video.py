@@ -374,8 +374,15 @@ class _Decoder:
             if self.decoded == 0 and self.opened.decoder == "NVDEC":
                 raise _NvdecRefused(plain_av_error(exc)) from exc
             self.bad_packets += 1
-            self.error = plain_av_error(exc)
+            self.error = self._stopped_by(exc)
             return []
+
+    def _stopped_by(self, exc: BaseException) -> str:
+        """What stopped decoding, in words: after frames were decoded, "no readable video data
+        ... or it is not a video" contradicted the frames in hand (a new user's trial)."""
+        if self.decoded > 0 and isinstance(exc, av.error.InvalidDataError):
+            return "the data after that could not be read (the file is damaged or was cut off)"
+        return plain_av_error(exc)
 
     def __iter__(self) -> Iterator[Any]:
         packets = self._packets()
@@ -387,7 +394,7 @@ class _Decoder:
             except StopIteration:
                 return
             except av.error.FFmpegError as exc:  # the demuxer gave up: the input ends here
-                self.error = plain_av_error(exc)
+                self.error = self._stopped_by(exc)
                 return
             if packet.stream.type != "video":
                 if packet.dts is not None:  # a None dts is the demuxer's flush marker
@@ -731,6 +738,12 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
             if depth > 8:
                 result.notes.append(f"input is {depth}-bit video; the output is 8-bit (the "
                                     "engine works on 8-bit pictures)")
+            # a new user's trial: a 4:4:4 input lost its colour detail unsaid
+            fine = _finer_chroma(dec.vin.codec_context.format)
+            if fine is not None:
+                result.notes.append(f"input has {fine} colour "
+                                    f"({dec.vin.codec_context.format.name}); the output is "
+                                    "4:2:0, colour at half resolution, as players expect")
             if (enc.ow, enc.oh) != (w, h):
                 result.notes.append(
                     f"input is {w}x{h}; 4:2:0 video needs even sizes, so the output is "
@@ -800,7 +813,9 @@ def check_audio_fits(src: Path, dst: Path) -> None:
                     out.mux(packet)
                     if not todo:
                         break
-        except av.error.FFmpegError as exc:
+        # PyAV refuses some pairs itself, before FFmpeg: "'ipod' format does not support
+        # 'pcm_s16le' codec" (a new user's trial: a traceback for PCM into .m4v)
+        except (av.error.FFmpegError, ValueError) as exc:
             codecs = ", ".join(sorted({a.codec_context.name for a in streams}))
             raise VideoError(src, f"its audio ({codecs}) cannot be copied into a "
                                   f"{dst.suffix} file ({plain_av_error(exc)}); write a .mkv "
@@ -840,6 +855,17 @@ def _bit_depth(fmt: Any) -> int:
     if fmt is None:
         return 8
     return max((int(c.bits) for c in fmt.components), default=8)
+
+
+def _finer_chroma(fmt: Any) -> str | None:
+    """``4:4:4``, ``4:2:2`` or ``4:4:0`` when a PyAV video format holds its colour finer than
+    4:2:0 (RGB formats count as 4:4:4), else ``None``."""
+    if fmt is None:
+        return None
+    name = str(fmt.name)
+    if "444" in name or name.startswith(("gbr", "rgb", "bgr", "argb", "abgr")):
+        return "4:4:4"
+    return next((f"{k[0]}:{k[1]}:{k[2]}" for k in ("422", "440") if k in name), None)
 
 
 def _set(item: _Item, value: Any) -> _Item:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from livefuse.batch.lock import batch_writing
 from livefuse.engine import Engine
 from livefuse.errors import FaceIndexError, LivefuseError, NothingSwappedError
 from livefuse.imaging import (
@@ -366,6 +367,10 @@ def check_run_paths(target: Path, output: Path,
     if writer is not None:  # both would finish, and the later rename would win unsaid
         raise LivefuseError(f"output '{output}': another livefuse process (pid {writer}) is "
                             "writing it now; give another output name")
+    busy = batch_writing(output)
+    if busy is not None:
+        raise LivefuseError(f"output '{output}': a livefuse batch is writing into '{busy}' now "
+                            "and would replace it; write elsewhere or after the batch")
     if target.is_dir():
         raise LivefuseError(f"target '{target}' is a folder; give an image or a video file")
     if is_image_path(target):

@@ -251,3 +251,18 @@ def test_two_processes_never_write_one_part_file(tmp_path: Path) -> None:
             sleeper.kill()
             sleeper.wait()
         RecorderSink(out)  # its process ended: a leftover, not a writer
+
+
+def test_run_never_writes_into_a_running_batchs_output_folder(tmp_path: Path) -> None:
+    """A new user's trial: `run -o out/z.webp` while a batch wrote into out/ exited 0, and the
+    batch then replaced that file (also exit 0). A crashed batch's lock file does not count."""
+    from livefuse.batch.lock import LOCK_NAME, output_lock
+    from livefuse.errors import LivefuseError
+    from livefuse.run import check_run_paths
+
+    target = save_image(tmp_path / "t.png", astronaut())
+    out = tmp_path / "out"
+    with output_lock(out), pytest.raises(LivefuseError, match="a livefuse batch is writing into"):
+        check_run_paths(target, out / "sub" / "z.png")
+    (out / LOCK_NAME).write_text("")  # left by a batch that crashed: no process holds it
+    check_run_paths(target, out / "sub" / "z.png")

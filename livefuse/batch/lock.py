@@ -63,4 +63,24 @@ def output_lock(output_dir: Path) -> Iterator[None]:
             lock.release()
 
 
-__all__ = ["LOCK_NAME", "OutputBusyError", "output_lock"]
+def batch_writing(path: Path) -> Path | None:
+    """The output folder of a batch running now that ``path`` lies in (at any depth), or
+    ``None``: ``livefuse run`` must not write there (a new user's trial: a file `run` wrote
+    into a running batch's output folder was replaced by the batch, both exit 0). A lock file
+    that no process holds (a batch that crashed) does not count."""
+    for folder in path.absolute().parents:
+        lock_file = folder / LOCK_NAME
+        if not lock_file.is_file():
+            continue
+        lock = FileLock(lock_file, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            return folder
+        except OSError:
+            continue
+        lock.release()
+    return None
+
+
+__all__ = ["LOCK_NAME", "OutputBusyError", "batch_writing", "output_lock"]

@@ -83,7 +83,8 @@ def settings_given(args: argparse.Namespace) -> list[str]:
     app's, and a preset keeps only the face selector."""
     probe = argparse.ArgumentParser(add_help=False)
     add_settings_args(probe)
-    names = [a.dest for a in probe._actions if a.option_strings and a.dest != "reference"]
+    # its namespace's names: set_defaults' (engine_defaults, ...) are never typed
+    names = [k for k in vars(probe.parse_args([])) if k != "reference"]
     typed: frozenset[str] = args.typed
     # on/off options: `--no-cache`, `--no-smooth`, `--no-keep-mouth` turn a default off
     return [("--no-" if getattr(args, k) is False else "--") + k.replace("_", "-")

@@ -118,7 +118,8 @@ def test_a_rerun_after_ctrl_c_processes_only_the_chunks_not_finished(
     # not byte for byte: libx264 in PyAV's wheel now and then encodes the same frames a little
     # differently on a loaded machine (a mean difference near 0.1 of 255; neighbouring frames
     # of this clip differ by 3.5 or more)
-    assert all(np.abs(x.astype(np.int16) - y).mean() < 1.0 for x, y in zip(a, b, strict=True))
+    worst = max(float(np.abs(x.astype(np.int16) - y).mean()) for x, y in zip(a, b, strict=True))
+    assert worst < 1.0, worst
     assert not (out / CHUNK_DIR).exists()
 
 

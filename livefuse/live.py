@@ -15,6 +15,7 @@ every face that is not swapped.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import threading
@@ -31,7 +32,7 @@ from livefuse.gil import hold_switch_interval
 from livefuse.guard import PrivacyGuard
 from livefuse.imaging import LoadedImage
 from livefuse.io.sinks import Sink
-from livefuse.io.sources import Capture, Source
+from livefuse.io.sources import Capture, Source, VideoFileSource
 from livefuse.metrics import Metrics
 from livefuse.slot import LatestSlot, SlotClosed
 from livefuse.types import Face, Frame, FramePacket, StagedFrame
@@ -203,6 +204,7 @@ class LiveRunner:
         """Swap faces (``False``: frames pass as they are, but the guard still hides them)."""
         self._fallbacks_seen: set[int] = set()
         self._unswapped_run = 0  # frames in a row with faces in view and none swapped
+        self._pass: tuple[int, int] = (0, 0)  # (id of the source, pass over its file)
         self.errors = 0
         self.frames_out = 0
 
@@ -576,6 +578,25 @@ class LiveRunner:
         packet.faces, packet.output, packet.swapped = [], packet.frame, 0
         return packet
 
+    def _forget_at_cut(self, t_cap: int) -> bool:
+        """Whether the frame captured at ``t_cap`` begins a new pass over a looped video file,
+        or comes from another source: a cut, after which the faces the guard followed are gone,
+        and it forgets them (a new user's trial: with a looped clip the guard kept pixelating
+        the last pass's face, grown over the swapped face of the new pass, 5 frames in 8). A
+        camera has no cut."""
+        source = self.source
+        if not isinstance(source, VideoFileSource):
+            return False
+        media = source.media_time(t_cap)
+        if media is None:
+            return False
+        now = (id(source), bisect.bisect_right(source.pass_starts(), media) - 1)
+        cut = now[0] != self._pass[0] or now[1] > self._pass[1]
+        if cut:  # the first frame counts too: the guard has nothing to forget yet
+            self._pass = now
+            self.guard.reset()
+        return cut
+
     def _say_unswapped(self, packet: FramePacket) -> None:
         """Say once, after :data:`UNSWAPPED_FRAMES` frames, why faces in view are not swapped (a
         new user's trial: a ``target_face_index`` past the faces in view, or a reference photo
@@ -662,6 +683,7 @@ class LiveRunner:
             self.metrics.frame_processed(packet.timings_ms, t_cap)
             self._measure(self._engine)
             self._say_unswapped(packet)
+            self._forget_at_cut(t_cap)
             out = packet.output if packet.output is not None else staged.host
             t_guard = time.perf_counter_ns()
             # every frame is a new array, never written to once handed to the sinks: the

@@ -665,3 +665,35 @@ def test_live_cli_a_damaged_source_photo_is_the_only_line(
     assert captured.err == (f"livefuse: error: cannot read the source image '{bad}': not a "
                             "recognised image format\n")
     assert captured.out == ""
+
+
+def test_a_looped_video_is_a_cut_for_the_privacy_guard(tmp_path: Path) -> None:
+    """A new user's trial: with a looped clip (the app always loops a video input) the guard
+    kept pixelating the last pass's face, lost at the jump and grown over the swapped face of
+    the new pass (5 frames in 8). A new pass over the file is a cut: the guard forgets what it
+    followed. Frames within a pass, and a camera, are no cut."""
+    clip = write_clip([np.full((48, 64, 3), 40 * i, np.uint8) for i in range(4)],
+                      tmp_path / "c.mp4", audio=False)
+    from livefuse.config import GuardConfig
+    from livefuse.types import Face
+
+    source = VideoFileSource(clip, loop=True)
+    runner = LiveRunner(PassEngine(), source, [], config=AppConfig(guard=GuardConfig("blur")))
+    frame = np.zeros((48, 64, 3), np.uint8)
+    source.open()
+    cuts, lost = [], []
+    for i in range(10):
+        source.read()
+        cuts.append(runner._forget_at_cut(time.perf_counter_ns()))
+        # a face swapped on each pass's first frame, on the other side of the picture than
+        # the last pass's (a new track), then lost
+        x = 4 if i // 4 % 2 == 0 else 40
+        face = Face(bbox=np.array([x, 10, x + 16, 26], np.float32),
+                    kps=np.zeros((5, 2), np.float32), score=1.0, track_id=1 + i // 4)
+        runner.guard.apply(frame.copy(), [face] if i % 4 == 0 else [], [])
+        lost.append(runner.guard.state.lost)
+    source.close()
+    assert cuts == [True, False, False, False, True, False, False, False, True, False]
+    assert lost == [0, 1, 1, 1, 0, 1, 1, 1, 0, 1]  # the lost face is forgotten at each cut
+    camera = LiveRunner(PassEngine(), TestPatternSource(64, 48, 30), [])
+    assert not camera._forget_at_cut(time.perf_counter_ns())

@@ -1262,6 +1262,17 @@ def test_recording_to_a_file_from_the_app(
     qtbot.waitUntil(lambda: win.idle and not win.session.running, timeout=WAIT_MS)
     with av.open(str(out)) as f:
         assert sum(1 for _ in f.decode(video=0)) >= 5
+    # the next Start keeps it and records to the next free name (a new user's trial: every
+    # Start wrote over the last recording); the dialog's own choice was replaced once only
+    first, shown = out.read_bytes(), win.preview.frames_shown
+    assert win.start()
+    qtbot.waitUntil(lambda: win.preview.frames_shown >= shown + 10, timeout=WAIT_MS)
+    win.stop()
+    qtbot.waitUntil(lambda: win.idle and not win.session.running, timeout=WAIT_MS)
+    assert out.read_bytes() == first and (tmp_path / "stream-2.mp4").is_file()
+    assert win.config.output.record == str(tmp_path / "stream-2.mp4")
+    assert any("recording to 'stream-2.mp4': 'stream.mp4' is there and is kept" in line
+               for line in win.statuses)
     s.record.setChecked(False)
     qtbot.waitUntil(lambda: win.config.output.record is None, timeout=WAIT_MS)
 

@@ -95,6 +95,7 @@ from livefuse.control import load_or_create_token, read_token, token_path
 from livefuse.errors import LivefuseError, NoFaceError
 from livefuse.faces.tracking import iou
 from livefuse.imaging import LoadedImage, atomic_write_bytes, load_image
+from livefuse.io.paths import free_name
 from livefuse.io.sources import Source, v4l2_devices
 from livefuse.live import EngineFactory, EngineLike, default_engine_factory
 from livefuse.metrics import MetricsSnapshot
@@ -295,6 +296,7 @@ class MainWindow(QMainWindow):
         self._capture_open = False
         self._opened = ""  # the source's own description once it opened
         self._closed = False
+        self._record_confirmed: str | None = None  # chosen in the dialog, replaced once
 
         # Read once, before the window exists: a small TOML file, the settings everything
         # below is built from.
@@ -857,10 +859,30 @@ class MainWindow(QMainWindow):
         self.settings.set_reference(None, error=f"{text}{kept}")
         self._on_status(f"reference photo not used: {text}{kept}")
 
+    def _keep_last_recording(self) -> None:
+        """A recording file that exists is kept: this Start records to the next free name
+        (``rec-2.mp4``) and says so, unless the file was just chosen in the save dialog, which
+        asked before replacing it (a new user's trial: every Start wrote over the last
+        recording, and the next launch over the last session's)."""
+        record, confirmed = self.config.output.record, self._record_confirmed
+        self._record_confirmed = None
+        if not record or record == confirmed or not Path(record).exists():
+            return
+        try:
+            self.session.check_outputs(self.config)
+        except LivefuseError:
+            return  # an input: Start refuses it with its own message, nothing is renamed
+        fresh = free_name(Path(record))
+        self.settings.set_record_path(str(fresh))
+        self.flush_settings()
+        self._on_status(f"recording to '{fresh.name}': '{Path(record).name}' is there and is "
+                        "kept")
+
     def choose_record_path(self) -> None:
         current = self.settings.record_path or str(Path.home() / "livefuse-recording.mp4")
         path, _ = QFileDialog.getSaveFileName(self, "Record to", current, RECORD_FILTER)
         if path:
+            self._record_confirmed = path  # the dialog asked before replacing it: once
             self.settings.set_record_path(path)
 
     def _source_chosen(self, path: Path, index: int) -> None:
@@ -1090,6 +1112,7 @@ class MainWindow(QMainWindow):
                             "photo…), or another face selector")
             return False
         self.flush_settings()
+        self._keep_last_recording()
         self._running = True
         self._capture_open, self._opened = False, ""
         self.frames_since_start = 0

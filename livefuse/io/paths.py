@@ -94,6 +94,18 @@ def part_path(dst: Path) -> Path:
                          f"{dst.suffix}")
 
 
+def free_name(path: Path) -> Path:
+    """``path`` when nothing is there, else the first of ``stem-2.ext``, ``stem-3.ext``, ...
+    that is free (the app's next recording: a new user's trial lost the last one to the next
+    Start, which wrote over it unasked)."""
+    if not path.exists():
+        return path
+    n = 2
+    while (candidate := path.with_name(f"{path.stem}-{n}{path.suffix}")).exists():
+        n += 1
+    return candidate
+
+
 def other_writer(dst: Path) -> int | None:
     """The id of another running process writing ``dst`` now (its part file is there), or
     ``None``. A part file whose process has ended is left over from a crash and does not count.
@@ -123,5 +135,6 @@ def part_paths(dst: Path) -> list[Path]:
                                 f"{glob.escape(dst.suffix)}"))
 
 
-__all__ = ["PART_INFIX", "OutputIsInputError", "check_output", "other_writer", "part_path",
+__all__ = ["PART_INFIX", "OutputIsInputError", "check_output", "free_name", "other_writer",
+           "part_path",
            "part_paths", "same_file"]

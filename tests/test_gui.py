@@ -1285,6 +1285,32 @@ def test_recording_to_a_file_from_the_app(
     _close(qtbot, win)
 
 
+def test_a_recording_that_fails_while_running_is_shown_in_the_banner(
+        qtbot: Any, tmp_path: Path, analyser: Any, astronaut_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GUI trial: a recording that could not be written after Start said so only in the
+    status bar, without the file: "recorder failed: [Errno 2] No such file or directory"."""
+    from livefuse.io.sinks import RecorderSink
+
+    def broken(self: RecorderSink, *a: object) -> None:
+        raise OSError(2, "No such file or directory")
+
+    monkeypatch.setattr(RecorderSink, "_start", broken)
+    win = _window(qtbot, tmp_path, analyser, engine_factory=_CountingFactory(),
+                  source_factory=_pattern)
+    _choose_source(qtbot, win, astronaut_path)
+    win.input_kind.setCurrentText("test pattern")
+    win.settings.set_record_path(str(tmp_path / "rec.mp4"))
+    qtbot.waitUntil(lambda: win.idle, timeout=WAIT_MS)
+    assert win.start()
+    qtbot.waitUntil(lambda: win.banner.isVisible(), timeout=WAIT_MS)
+    assert f"Recording '{tmp_path / 'rec.mp4'}' is not being written" in \
+        win.banner_text.text()
+    win.stop()
+    qtbot.waitUntil(lambda: win.idle and not win.session.running, timeout=WAIT_MS)
+    _close(qtbot, win)
+
+
 def test_recording_onto_the_input_video_is_refused(
         qtbot: Any, tmp_path: Path, analyser: Any, astronaut_path: Path,
         clip_path: Path) -> None:

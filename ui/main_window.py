@@ -1269,6 +1269,9 @@ class MainWindow(QMainWindow):
         self.log_view.appendPlainText(f"{time.strftime('%H:%M:%S')}  {shown or text}")
         if text.startswith("engine error: ") and self._running and self.session.engine is None:
             self._engine_failed(text)
+        if text.startswith("recorder failed: "):  # a recording lost is not a status bar line
+            why = text.removeprefix("recorder failed: ")
+            self.show_banner(why[:1].upper() + why[1:])
         if text.startswith("control API on "):
             self.settings.set_control_status(f"serving on {text.removeprefix('control API on ')}")
             if not self.settings.token:

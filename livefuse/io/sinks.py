@@ -522,7 +522,10 @@ class RecorderSink(Sink):
                     self.error = exc
                     self._queue.clear()
                     self._queued_bytes = 0
-                self.on_status(f"recorder failed: {exc}")
+                # the file named: the app shows this line in its banner (a GUI trial read only
+                # "[Errno 2] No such file or directory", in the status bar)
+                self.on_status(f"recorder failed: recording '{self.path}' is not being "
+                               f"written: {exc}")
                 return
 
     def _start(self, w: int, h: int, t_capture_ns: int) -> None:

@@ -340,6 +340,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _swap(self) -> dict[str, Any]:
         body = _fields(self._payload, {"on": bool})
         self.server.controller.set_swap(body["on"])
+        # in the log as a preset switch is (a GUI trial: swap off left no line)
+        self.server.on_status(f"control API: swap {'on' if body['on'] else 'off'}")
         return {"swap": body["on"]}
 
     def _guard(self) -> dict[str, Any]:
@@ -350,6 +352,7 @@ class _Handler(BaseHTTPRequestHandler):
         if "hold_frames" in body and body["mode"] != "hold":  # as the CLI refuses it
             raise BadRequest(HTTPStatus.BAD_REQUEST, "hold_frames: only with mode 'hold'")
         self.server.controller.set_guard(body["mode"], body.get("hold_frames"))
+        self.server.on_status(f"control API: privacy guard {body['mode']}")
         return {"guard": body["mode"]}
 
     def _source(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from livefuse.config import (
     GuardConfig,
     OutputConfig,
 )
-from livefuse.errors import EXIT_INCOMPLETE, ConfigError, LivefuseError, VideoError
+from livefuse.errors import EXIT_INCOMPLETE, ConfigError, LivefuseError
 from livefuse.imaging import load_image
 from livefuse.metrics import Metrics, start_prometheus
 from livefuse.presets import Preset, PresetStore
@@ -244,14 +244,11 @@ def run_live(args: argparse.Namespace) -> int:
         scheme = str(args.video).split(":/", 1)[0].lower()
         if scheme in _STREAM_SCHEMES and ":/" in str(args.video):
             raise ConfigError(f"--video {args.video}: a network stream; --video takes a file")
-        if not args.video.is_file():
-            raise VideoError(args.video, "file not found" if not args.video.exists() else
-                             "is not a file")
-        from livefuse.run import check_target_opens
+        from livefuse.run import check_video_input
 
         # a damaged file or another file renamed .mp4: exit 2 now, as `run` says it, not
         # "gave up after 5 attempts" once the engine is built (a new user's trial)
-        check_target_opens(args.video)
+        check_video_input(args.video)
     if (args.source is None) == (args.preset is None):
         raise ConfigError("give the source face photo (-s PHOTO) or a preset (--preset NAME), "
                           "one of the two")

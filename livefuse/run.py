@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from livefuse.batch.lock import batch_writing
 from livefuse.engine import Engine
-from livefuse.errors import FaceIndexError, LivefuseError, NothingSwappedError
+from livefuse.errors import FaceIndexError, LivefuseError, NothingSwappedError, VideoError
 from livefuse.imaging import (
     ALPHA_SUFFIXES,
     IMAGE_SUFFIXES,
@@ -344,6 +344,20 @@ def check_target_opens(target: Path) -> None:
         probe(target)
     else:
         check_image(target, "target")
+
+
+def check_video_input(path: Path) -> None:
+    """A file standing in for the camera (``live --video``, the app's video input), checked
+    before any work: it exists and opens as :func:`run` would open it as a target (a still
+    image is a still source). Called on the command's thread or the app's control thread.
+
+    Raises:
+        VideoError: missing, not a file, or a video that cannot be opened.
+        ImageLoadError: an image that cannot be read.
+    """
+    if not path.is_file():
+        raise VideoError(path, "file not found" if not path.exists() else "is not a file")
+    check_target_opens(path)
 
 
 def _tick(tb: Fraction) -> str:

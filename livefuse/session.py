@@ -196,7 +196,7 @@ class Session:
         engine = self.engine
         if engine is not None:
             return engine.precision_in_use
-        if self._config.engine.engine == "classic":
+        if self.engine_in_use == "classic":  # "auto" too, when it resolves to classic
             return "n/a (classic engine)"
         return f"{self._config.engine.precision} (requested)"
 
@@ -643,6 +643,8 @@ class Session:
         """
         preset = self.presets.load(name)
         keeps = self.active_preset
+        if keeps is not None and keeps.lower() == preset.name.lower():
+            keeps = None  # "keeps preset 'Temp'" of Temp itself, refused: its face stays
         # nothing to keep before a first face (`live --preset P` with P's photo gone)
         tail = f"; the stream keeps preset '{keeps}'" if keeps else \
             "; the stream keeps its source face" if self._source_face is not None else ""

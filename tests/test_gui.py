@@ -1311,6 +1311,27 @@ def test_a_recording_that_fails_while_running_is_shown_in_the_banner(
     _close(qtbot, win)
 
 
+def test_start_refuses_what_the_panel_shows_and_cannot_run(
+        qtbot: Any, tmp_path: Path, analyser: Any, astronaut_path: Path) -> None:
+    """A GUI trial: with "Swap: reference" and no reference photo the combo showed reference
+    while the largest face was swapped (the reason at the foot of the settings, off-screen);
+    a missing video input was retried like a camera, "retrying…" for 20 s and more."""
+    win = _window(qtbot, tmp_path, analyser, engine_factory=_CountingFactory())
+    _choose_source(qtbot, win, astronaut_path)
+    win.set_video(tmp_path / "missing.mp4")
+    s = win.settings
+    s.face_selector.setCurrentIndex(s.face_selector.findData("reference"))
+    assert not win.start() and win.banner.isVisible()
+    assert "reference selector needs a reference photo" in win.banner_text.text()
+    s.face_selector.setCurrentIndex(s.face_selector.findData("one"))
+    qtbot.waitUntil(lambda: win.idle, timeout=WAIT_MS)
+    win.start()
+    qtbot.waitUntil(lambda: not win.running and "missing.mp4" in win.banner_text.text(),
+                    timeout=WAIT_MS)
+    assert "file not found" in win.banner_text.text() and not win.session.running
+    _close(qtbot, win)
+
+
 def test_recording_onto_the_input_video_is_refused(
         qtbot: Any, tmp_path: Path, analyser: Any, astronaut_path: Path,
         clip_path: Path) -> None:

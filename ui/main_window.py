@@ -103,6 +103,7 @@ from livefuse.models.download import ModelMissingError, ModelVerifyError
 from livefuse.models.engine_choice import EngineChoice, models_error, resolve_engine
 from livefuse.precision import device_choices
 from livefuse.presets import Preset, PresetError, PresetStore
+from livefuse.run import check_video_input
 from livefuse.session import Session, build_source
 
 log = logging.getLogger("livefuse_ui")
@@ -673,9 +674,9 @@ class MainWindow(QMainWindow):
 
     def _apply_failed(self, cfg: AppConfig, exc: BaseException) -> None:
         models = isinstance(exc, (ModelMissingError, ModelVerifyError))
-        kept = "the stream keeps its settings" if self._running else "not taken"
+        kept = " (the stream keeps its settings)" if self._running else ""
         self._on_status(f"settings not applied: {exc}")
-        self.show_banner(f"Settings not applied ({kept}): {exc}", models=models)
+        self.show_banner(f"Settings not applied{kept}: {exc}", models=models)
         if self.config is cfg:  # no newer edit: back to the settings in force, shown and held
             self._show_config(self._in_force)
             self._apply_whole = True
@@ -1060,7 +1061,8 @@ class MainWindow(QMainWindow):
         """Serve the control API (control thread); the status line says where, or why not."""
         session = self.session
         self._control.submit(session.open_control,
-                             failed=lambda exc: self._on_status(f"control API off: {exc}"))
+                             failed=lambda exc: self._on_status(
+                                 f"control API off: {str(exc).removeprefix('control API: ')}"))
 
     def changeEvent(self, event: QEvent) -> None:
         # presets saved meanwhile by `livefuse presets save` show when the window is back
@@ -1111,6 +1113,12 @@ class MainWindow(QMainWindow):
             self._on_status("choose a reference photo first (Target faces → Choose reference "
                             "photo…), or another face selector")
             return False
+        try:  # what the panel shows must be what runs (a GUI trial: "reference" shown, the
+            self.settings.config(self.config)  # largest face swapped, the reason off-screen)
+        except LivefuseError as exc:
+            self._on_status(f"cannot start: {exc}")
+            self.show_banner(f"Cannot start: {exc}")
+            return False
         self.flush_settings()
         self._keep_last_recording()
         self._running = True
@@ -1127,6 +1135,10 @@ class MainWindow(QMainWindow):
             problem = models_error(cfg.engine)
             if problem is not None:
                 raise problem
+            if cfg.capture.kind == "video" and cfg.capture.video:
+                # a missing or unreadable file is refused here, as `live --video` refuses it,
+                # not retried like a camera (a GUI trial: "retrying…" for 20 s and more)
+                check_video_input(Path(cfg.capture.video))
             if session.engine is not None and \
                     resolve_engine(cfg.engine).engine != self.built_engine:
                 session.drop_engine()  # `auto` resolves otherwise since models were fetched

@@ -330,7 +330,7 @@ class SourcePicker(QWidget):
             self.faces.hide()
             self.notes.hide()
         else:
-            text = f"{text} Still using {kept.path.name}."
+            text = f"{text.rstrip('.')}. Still using {kept.path.name}."
         self.message.setText(text)
         self.message.setStyleSheet("color: #c0392b")
         self.source_failed.emit(text)

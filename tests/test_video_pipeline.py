@@ -402,33 +402,29 @@ def test_libx265_writes_hevc(tmp_path: Path) -> None:
     assert frame_times(out) == frame_times(src) and result.encoder.startswith("libx265")
 
 
-def test_a_10_bit_input_is_said_to_become_8_bit(tmp_path: Path) -> None:
-    src = tmp_path / "ten.mkv"
-    with av.open(str(src), "w") as out:
+def _flat_clip(path: Path, pix_fmt: str) -> Path:
+    """Four flat 64x48 H.264 frames stored as ``pix_fmt``."""
+    with av.open(str(path), "w") as out:
         vs = out.add_stream("libx264", rate=30)
-        vs.width, vs.height, vs.pix_fmt = 64, 48, "yuv420p10le"
+        vs.width, vs.height, vs.pix_fmt = 64, 48, pix_fmt
         for i in range(4):
             frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 40 * i, np.uint8), "rgb24")
-            for pkt in vs.encode(frame.reformat(format="yuv420p10le")):
+            for pkt in vs.encode(frame.reformat(format=pix_fmt)):
                 out.mux(pkt)
         for pkt in vs.encode(None):
             out.mux(pkt)
+    return path
+
+
+def test_a_10_bit_input_is_said_to_become_8_bit(tmp_path: Path) -> None:
+    src = _flat_clip(tmp_path / "ten.mkv", "yuv420p10le")
     result = transcode(src, tmp_path / "o.mkv", lambda f, i: f)
     assert any("10-bit" in n and "8-bit" in n for n in result.notes), result.notes
     plain = transcode(ntsc_clip(tmp_path / "in.mp4", frames=4), tmp_path / "p.mp4",
                       lambda f, i: f)
     assert not any("bit" in n or "colour (" in n for n in plain.notes)
     # and finer colour than 4:2:0 (a new user's trial: a 4:4:4 input lost it unsaid)
-    full = tmp_path / "full.mkv"
-    with av.open(str(full), "w") as out:
-        vs = out.add_stream("libx264", rate=30)
-        vs.width, vs.height, vs.pix_fmt = 64, 48, "yuv444p"
-        for i in range(4):
-            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 40 * i, np.uint8), "rgb24")
-            for pkt in vs.encode(frame.reformat(format="yuv444p")):
-                out.mux(pkt)
-        for pkt in vs.encode(None):
-            out.mux(pkt)
+    full = _flat_clip(tmp_path / "full.mkv", "yuv444p")
     notes = transcode(full, tmp_path / "f.mkv", lambda f, i: f).notes
     assert "input has 4:4:4 colour (yuv444p); the output is 4:2:0" in " ".join(notes), notes
 

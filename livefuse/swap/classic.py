@@ -38,14 +38,22 @@ from livefuse.types import Face, FloatArray, Frame, Patch, StagedFrame
 _STABLE = np.r_[17:27, 27:36, 36:48]
 _MOUTH = slice(48, 68)
 _OUTER_LIPS = slice(48, 60)
-# Regions left out of the shading estimate (iBUG 300-W): brows, eyes, nose wings, outer lips.
-_FEATURES = (slice(17, 22), slice(22, 27), RIGHT_EYE, LEFT_EYE, slice(31, 36), _OUTER_LIPS)
+# Regions left out of the shading estimate (iBUG 300-W): brows and eyes, grown by
+# _FEATURE_GROW; nose wings and outer lips, grown by _MOUTH_GROW.
+_EYES_AND_BROWS = (slice(17, 22), slice(22, 27), RIGHT_EYE, LEFT_EYE)
+_NOSE_AND_LIPS = (slice(31, 36), _OUTER_LIPS)
 
 # Sizes relative to the target's face size: the square root of its landmark hull's area in px
 # (about 0.75 x a dlib box width). Chosen by the sweep in docs/CLASSIC.md on t1.jpg: lower cut-offs
 # follow the target's shading more closely, higher ones keep more of the source.
 _SHADING_SIGMA = 0.08  # Gaussian sigma of the shading/colour low-pass
-_FEATURE_GROW = 0.05  # how far past its landmarks a feature is left out of the low-pass
+_FEATURE_GROW = 0.05  # how far past its landmarks a brow or eye is left out of the low-pass
+# ... and a nose wing or the lips: the skin between them holds the target's shadow under the
+# nose, which a 0.05 grow left out, so the low-pass filled it with cheek light (upper lips 7-17 L
+# paler than the target's; docs/CLASSIC.md). Brows and eyes keep 0.05: their surround carries
+# identity (at 0.02-0.03 Monica's smallest margin over shifted pictures fell from 0.10 to
+# 0.05-0.08).
+_MOUTH_GROW = 0.01
 _DETAIL_FADE = 0.05  # the source's detail fades out over this width inside its hull's edge
 _FEATHER = 0.08  # Gaussian kernel of the blend ramp, centred on the mask's edge
 _OVERSAMPLE = 1.5  # a target face is rendered at no more than this many times the source's size
@@ -57,7 +65,8 @@ _COLOUR_SIGMA = 0.025
 _COLOUR_GROW = 0.01
 _CURVE_BINS = 8  # lightness bins of the target's colour curve
 _CURVE_SAMPLES = 4096  # skin pixels read for the curve
-_DEEPEN = 0.5  # how far a pixel the swap makes darker follows the curve (1 overshoots: 1.07 chroma)
+_DEEPEN = 0.4  # how far a pixel the swap makes darker follows the curve (1 overshoots: 1.07 chroma;
+# 0.5 gave Monica 1.032 once the shadow under the nose stayed, _MOUTH_GROW)
 _PALE = 0.1  # ... and one it makes lighter (more leaves pale patches beside the target's lips)
 _SKIN_DETAIL = 0.3  # share of the source's own colour detail kept on the skin (1 on features)
 # A target face whose skin chroma (95th percentile, 8-bit LAB units) is at most _GREY_CHROMA is a
@@ -281,12 +290,14 @@ def _parts_mask(landmarks: FloatArray, parts: Sequence[slice], shape: tuple[int,
                       np.uint8)
 
 
-def _skin_weight(hull: npt.NDArray[np.uint8], landmarks: FloatArray, grow_px: float
+def _skin_weight(hull: npt.NDArray[np.uint8], landmarks: FloatArray, face_px: float
                  ) -> npt.NDArray[np.float32]:
-    """``(h, w) float32`` 1 on the face's skin: its hull without brows, eyes, nose wings and lips
-    (each grown by ``grow_px``); falls back to the whole hull when the features cover most of it
-    (a tiny face)."""
-    skin = hull & ~_parts_mask(landmarks, _FEATURES, hull.shape, grow_px)
+    """``(h, w) float32`` 1 on the face's skin: its hull without brows and eyes (grown by
+    ``_FEATURE_GROW * face_px``), nose wings and lips (grown by ``_MOUTH_GROW * face_px``); falls
+    back to the whole hull when the features cover most of it (a tiny face)."""
+    features = (_parts_mask(landmarks, _EYES_AND_BROWS, hull.shape, _FEATURE_GROW * face_px)
+                | _parts_mask(landmarks, _NOSE_AND_LIPS, hull.shape, _MOUTH_GROW * face_px))
+    skin = hull & ~features
     if cv2.countNonZero(skin) < cv2.countNonZero(hull) // 4:
         skin = hull
     return skin.astype(np.float32) * np.float32(1.0 / 255.0)
@@ -301,8 +312,7 @@ def face_weights(source_hull: npt.NDArray[np.uint8], source_lm: FloatArray,
     """The :class:`FaceWeights` of one swap from both hulls and landmark sets (ROI coordinates)
     and the blend ``alpha`` (uint8)."""
     unit = np.float32(1.0 / 255.0)
-    grow = _FEATURE_GROW * face_px
-    source_skin = _skin_weight(source_hull, source_lm, grow)
+    source_skin = _skin_weight(source_hull, source_lm, face_px)
     features = np.clip(source_hull.astype(np.float32) * unit - source_skin, 0.0, 1.0)
     features = np.asarray(cv2.GaussianBlur(features, (0, 0), max(1.0, _FEATURE_SOFTEN * face_px)),
                           np.float32)
@@ -312,7 +322,7 @@ def face_weights(source_hull: npt.NDArray[np.uint8], source_lm: FloatArray,
     eyes_lips = _parts_mask(target_lm, _EYES_AND_LIPS, target_hull.shape, _COLOUR_GROW * face_px)
     colour = (target_hull & ~eyes_lips).astype(np.float32) * unit
     return FaceWeights(source_skin=source_skin, source_features=features, fade=fade,
-                       target_skin=_skin_weight(target_hull, target_lm, grow),
+                       target_skin=_skin_weight(target_hull, target_lm, face_px),
                        target_colour=colour, target_face=colour * alpha.astype(np.float32) * unit)
 
 

@@ -119,8 +119,9 @@ class FaceCheck:
             face = _hull(lm, original.shape)
             size = float(np.sqrt(cv2.countNonZero(face)))
             k = 2 * max(1, round(0.01 * size)) + 1
-            cores = cv2.dilate(_hull(lm[31:36], original.shape) | _hull(lm[48:60], original.shape),
-                               cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (k, k)))
+            cores = np.asarray(cv2.dilate(
+                _hull(lm[31:36], original.shape) | _hull(lm[48:60], original.shape),
+                cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (k, k))), np.uint8)
             skin = (face & ~cores).astype(np.float32) / 255.0
             region = (_hull(np.vstack([lm[31:36], lm[48:55]]), original.shape) & face & ~cores) > 0
             sigma = max(1.0, 0.03 * size)

@@ -25,7 +25,7 @@ pytest.importorskip("pytestqt")
 import requests
 from livefuse_ui.main_window import APPLY_DELAY_MS, METRICS_MS, MainWindow, is_text_field
 from livefuse_ui.models_dialog import ModelsDialog, ProgressSession
-from livefuse_ui.preview import SWAP_OFF, OverlayInfo, PreviewWidget, overlay_lines
+from livefuse_ui.preview import STOPPED, SWAP_OFF, OverlayInfo, PreviewWidget, overlay_lines
 from livefuse_ui.settings_panel import NEURAL_ONLY_TIP
 from livefuse_ui.source_picker import SharedAnalyser, SourcePicker
 from PySide6.QtCore import QPoint, QPointF, Qt, QThreadPool, QTimer
@@ -255,10 +255,14 @@ def test_start_with_video_gives_frames_and_metrics(qtbot: Any, window: MainWindo
     assert "modprobe v4l2loopback" in window.settings.vcam_status.text()
     qtbot.waitUntil(lambda: window.preview.frames_shown > shown + 3, timeout=WAIT_MS)
 
-    # Stop runs off the GUI thread; the window answers at once.
+    # Stop runs off the GUI thread; the window answers at once. The last frame does not stay
+    # up (a still swapped face reads as a frozen stream), and none in flight shows after it.
     window.stop()
     assert window.start_button.text() == "Start"
+    assert window.preview.image is None and window.preview.idle_text == STOPPED
     qtbot.waitUntil(lambda: window.idle and not session.running, timeout=WAIT_MS)
+    qtbot.wait(100)
+    assert window.preview.image is None
     _close(qtbot, window)
 
 

@@ -48,7 +48,7 @@ import tomli_w
 from livefuse_ui.bridge import RunnerBridge
 from livefuse_ui.models_dialog import ModelsDialog
 from livefuse_ui.presets_panel import NO_SOURCE, SHORTCUT_PRESETS, PresetsPanel
-from livefuse_ui.preview import OverlayInfo, PreviewWidget
+from livefuse_ui.preview import STOPPED, OverlayInfo, PreviewWidget
 from livefuse_ui.settings_panel import SettingsPanel
 from livefuse_ui.source_picker import SharedAnalyser, SourcePicker, choose_image
 from livefuse_ui.widgets import ElidedLabel, FpsSpinBox, WheelGuard, guard_wheel
@@ -1183,6 +1183,8 @@ class MainWindow(QMainWindow):
         self._running = False
         self.start_button.setText("Start")
         self._set_input_status("")
+        self.bridge.take_frame()  # one handed over before the stop is not shown after it
+        self.preview.clear(STOPPED)
         session = self.session
         self._control.submit(lambda: session.stop(2.0),
                              done=lambda ok: self._on_status("stopped" if ok else
@@ -1192,7 +1194,7 @@ class MainWindow(QMainWindow):
     # -- feedback ------------------------------------------------------------------------------
     def _show_frame(self) -> None:
         item = self.bridge.take_frame()
-        if item is None:
+        if item is None or not self._running:
             return
         self.preview.set_image(item[0])
         self.frames_since_start += 1

@@ -17,6 +17,10 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from livefuse.metrics import MetricsSnapshot
 
+NOT_STARTED = "No preview yet: choose a source face and an input, then Start"
+# after a Stop the last frame is not left up: a still swapped face reads as a frozen stream
+STOPPED = "Stopped: Start (Space) goes on"
+
 
 def frame_to_qimage(frame: np.ndarray) -> QImage:
     """A QImage that owns its pixels, from a ``(H, W, 3) uint8 BGR`` frame.
@@ -105,6 +109,7 @@ class PreviewWidget(QWidget):
         self._info = OverlayInfo()
         self._mirror = False
         self._overlay = True
+        self._idle_text = NOT_STARTED
         self.frames_shown = 0
         font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         font.setPointSize(10)
@@ -128,10 +133,17 @@ class PreviewWidget(QWidget):
             self._info = info
         self.update()
 
-    def clear(self) -> None:
+    def clear(self, text: str = NOT_STARTED) -> None:
+        """Drop the frame and the metrics; ``text`` is shown in their place."""
         self._image = None
         self._snap = None
+        self._idle_text = text
         self.update()
+
+    @property
+    def idle_text(self) -> str:
+        """What is shown while there is no frame."""
+        return self._idle_text
 
     @property
     def mirror(self) -> bool:
@@ -173,8 +185,7 @@ class PreviewWidget(QWidget):
             p.drawImage(self.target_rect(), img)
         else:
             p.setPen(QColor(160, 160, 160))
-            p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter,
-                       "No preview yet: choose a source face and an input, then Start")
+            p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self._idle_text)
         if self._overlay:
             self._paint_overlay(p)
         p.end()

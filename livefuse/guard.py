@@ -199,6 +199,14 @@ class PrivacyGuard:
         self._last_good = None
         self._held = 0
 
+    def swap_off(self) -> None:
+        """The swap was turned off: the faces being swapped are followed as unswapped faces from
+        the next frame on, by position (inference thread). They are the same people, found
+        unswapped now; followed as swapped faces they were also counted as lost, one person
+        hidden twice and reported as two faces."""
+        self._others += list(self._tracks.values())
+        self._tracks.clear()
+
     @property
     def on(self) -> bool:
         return self.config.mode != "off"

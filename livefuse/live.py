@@ -202,6 +202,7 @@ class LiveRunner:
         self.guard = PrivacyGuard(self.config.guard)
         self.swap = True
         """Swap faces (``False``: frames pass as they are, but the guard still hides them)."""
+        self._swapping = True  # what the inference thread last acted on
         self._fallbacks_seen: set[int] = set()
         self._unswapped_run = 0  # frames in a row with faces in view and none swapped
         self._pass: tuple[int, int] = (0, 0)  # (id of the source, pass over its file)
@@ -567,6 +568,10 @@ class LiveRunner:
     def _process(self, engine: EngineLike, staged: StagedFrame, t_cap: int) -> FramePacket:
         """One frame through the engine; with the swap off, the frame as it is, its faces
         (found by the engine when the guard needs them) all counted as unswapped."""
+        if self.swap != self._swapping:
+            self._swapping = self.swap
+            if not self.swap:
+                self.guard.swap_off()
         if self.swap:
             return engine.process(staged, self._index, t_cap, in_place=True)
         if not self.guard.on:

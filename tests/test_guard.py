@@ -198,6 +198,43 @@ def test_swap_off_with_the_guard_on_hides_the_faces_the_engine_finds() -> None:
     assert "guard blur: hiding 1 face" in snap.line()
 
 
+def test_a_face_swapped_then_unswapped_is_one_face_not_a_lost_one_too() -> None:
+    """Turning the swap off left the guard following the swapped face as lost while the same
+    face, found unswapped, was hidden too: "hiding 2 faces (1 lost)" for one person."""
+    guard = PrivacyGuard(GuardConfig(mode="blur"))
+    for i in range(3):
+        guard.apply(_frame(i), [_face(50 + 2 * i, 60)], [])
+    guard.swap_off()
+    guard.apply(_frame(3), [], [_face(56, 60)])
+    assert guard.state.regions == 1 and guard.state.lost == 0, guard.state
+    f, before = _frame(4), _frame(4)
+    guard.apply(f, [], [])  # and it stays hidden when the detector misses it
+    assert guard.state.lost == 1
+    core = np.array([[80, 70], [150, 70], [150, 150], [80, 150]], np.float32)
+    assert same_fraction(f, before, core) < 0.2
+
+    # missed by the detector in the very frame the swap went off: hidden as a lost face
+    guard = PrivacyGuard(GuardConfig(mode="blur"))
+    guard.apply(_frame(0), [_face(50, 60)], [])
+    guard.swap_off()
+    f, before = _frame(1), _frame(1)
+    guard.apply(f, [], [])
+    assert guard.state.lost == 1 and same_fraction(f, before, core) < 0.2
+
+
+def test_the_live_runner_tells_the_guard_when_the_swap_goes_off() -> None:
+    got: list[Frame] = []
+    metrics = Metrics()
+    runner = LiveRunner(_FaceStub(), TestPatternSource(160, 120, 100),  # type: ignore[arg-type]
+                        [CallbackSink(lambda f, t: got.append(f.copy()))],
+                        AppConfig(guard=GuardConfig(mode="blur")), metrics=metrics)
+    told: list[bool] = []
+    runner.guard.swap_off = lambda: told.append(True)  # type: ignore[method-assign]
+    runner.swap = False
+    _first_frames(runner, got, 3)
+    assert told == [True]
+
+
 def test_swap_off_without_the_guard_passes_the_input() -> None:
     got: list[Frame] = []
     runner = LiveRunner(_FaceStub(), TestPatternSource(160, 120, 100),  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from livefuse.errors import ImageLoadError
+from livefuse.names import IMAGE_PART_TAIL, temp_prefix
 from livefuse.types import Frame
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
@@ -210,7 +211,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to a temp file beside ``path`` and rename it over ``path``."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path, IMAGE_PART_TAIL), suffix=".part",
+                                   dir=path.parent)
     except OSError as exc:  # named by the output, not by a temp name the user never gave
         raise OSError(exc.errno, f"cannot write there ({exc.strerror or exc})",
                       str(path)) from exc

@@ -250,7 +250,35 @@ def test_two_processes_never_write_one_part_file(tmp_path: Path) -> None:
         finally:
             sleeper.kill()
             sleeper.wait()
-        RecorderSink(out)  # its process ended: a leftover, not a writer
+        RecorderSink(out).close()  # its process ended: a leftover, not a writer
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".jpg"])
+def test_a_name_as_long_as_the_file_system_allows_is_written(here: Path, suffix: str) -> None:
+    """A new user's trial: names of 236-255 bytes, which the file system takes, were refused
+    ("file name too long" from the part file), and `live --record` with one streamed a whole
+    session, then lost the recording at its end. The part names cut the stem instead."""
+    out = Path(("é" * 60 + "v" * 120)[:255 - len(suffix) - 60] + suffix)  # 2-byte characters
+    assert len(os.fsencode(out.name)) > 230
+    target = "cam.mp4" if suffix == ".mp4" else "t.jpg"
+    assert main(["run", "-q", "-s", "src.png", "-t", target, "-o", str(out)]) == 0
+    assert out.is_file() and sorted(p.name for p in here.iterdir() if p.name.startswith(".")) == []
+
+
+def test_part_names_of_long_names_fit_and_are_found_again(tmp_path: Path) -> None:
+    from livefuse.io.paths import other_writer, part_path, part_paths
+    from livefuse.names import NAME_MAX, short_name
+
+    a, b = tmp_path / ("x" * 246 + "a.mkv"), tmp_path / ("x" * 246 + "b.mkv")
+    pa, pb = part_path(a), part_path(b)
+    for part in (pa, pb):
+        assert len(os.fsencode(part.name)) <= NAME_MAX and part.suffix == ".mkv"
+    assert pa.name.split(".livefuse-part")[0] != pb.name.split(".livefuse-part")[0]
+    pa.write_bytes(b"")
+    assert part_paths(a) == [pa] and part_paths(b) == []
+    assert other_writer(a) is None  # this process's own
+    assert short_name("é" * 200, 101).encode() == ("é" * 46).encode() + b"~" + \
+        short_name("é" * 200, 101).encode()[-8:]  # cut at a character boundary
 
 
 def test_run_never_writes_into_a_running_batchs_output_folder(tmp_path: Path) -> None:

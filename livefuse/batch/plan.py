@@ -40,6 +40,7 @@ from livefuse.io.video import (
     is_video_path,
     media_types,
 )
+from livefuse.names import IMAGE_PART_TAIL, temp_prefix
 
 ItemKind = Literal["image", "video"]
 WARMUP_S = 1.0
@@ -596,7 +597,8 @@ def leftovers(unit: Unit) -> list[Path]:
     out = unit.output
     paths = part_paths(out)
     if out.parent.is_dir():
-        paths += list(out.parent.glob(f".{glob.escape(out.name)}.*.part"))
+        prefix = temp_prefix(out, IMAGE_PART_TAIL)
+        paths += list(out.parent.glob(f"{glob.escape(prefix)}*.part"))
     if unit.span is not None:
         paths.append(out)
     return paths

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from livefuse.errors import LivefuseError
+from livefuse.names import NAME_MAX, short_name
 
 PathLike = str | os.PathLike[str]
 
@@ -83,15 +84,27 @@ PART_INFIX = ".livefuse-part"
 (:func:`part_path`)."""
 
 
+_PART_TAIL = len(f"{PART_INFIX}-4194304-{secrets.token_hex(3)}") + 1
+"""What a part name adds to the destination's stem: the dot, the infix, the largest Linux
+process id and the random tag."""
+
+
+def _part_stem(dst: Path) -> str:
+    """``dst``'s stem as its part names carry it: cut so that a part name stays a legal file name
+    (a new user's trial: a 236-character ``live --record`` name streamed a whole session, then
+    lost the recording to "File name too long" from its part file)."""
+    return short_name(dst.stem, NAME_MAX - _PART_TAIL - len(os.fsencode(dst.suffix)))
+
+
 def part_path(dst: Path) -> Path:
     """A new temp name for ``dst`` to be written under until it is complete: hidden, beside it,
     with its suffix last (the muxer takes the container from it), this process's id and a random
     tag, so that no two writers share one part file (a new user's trial: a second
     `live --record same.mp4` took the first one's part, one recording was lost and the other
     session failed at its rename; the app restarting a recording while the last one closes is
-    one process)."""
-    return dst.with_name(f".{dst.stem}{PART_INFIX}-{os.getpid()}-{secrets.token_hex(3)}"
-                         f"{dst.suffix}")
+    one process). A stem too long for that is cut (:func:`short_name`)."""
+    return dst.with_name(f".{_part_stem(dst)}{PART_INFIX}-{os.getpid()}-"
+                         f"{secrets.token_hex(3)}{dst.suffix}")
 
 
 def free_name(path: Path) -> Path:
@@ -112,7 +125,7 @@ def other_writer(dst: Path) -> int | None:
     POSIX only (on Windows ``os.kill(pid, 0)`` would end the process): ``None`` there."""
     if os.name != "posix":
         return None
-    head = f".{dst.stem}{PART_INFIX}-"
+    head = f".{_part_stem(dst)}{PART_INFIX}-"
     for part in part_paths(dst):
         pid_text = part.name[len(head):].split("-", 1)[0]
         if not pid_text.isdigit() or int(pid_text) == os.getpid():
@@ -131,10 +144,9 @@ def part_paths(dst: Path) -> list[Path]:
     """Every process's part file of ``dst`` (a batch's clean-up, after its workers stopped)."""
     if not dst.parent.is_dir():
         return []
-    return list(dst.parent.glob(f".{glob.escape(dst.stem)}{PART_INFIX}-*"
+    return list(dst.parent.glob(f".{glob.escape(_part_stem(dst))}{PART_INFIX}-*"
                                 f"{glob.escape(dst.suffix)}"))
 
 
 __all__ = ["PART_INFIX", "OutputIsInputError", "check_output", "free_name", "other_writer",
-           "part_path",
-           "part_paths", "same_file"]
+           "part_path", "part_paths", "same_file"]

@@ -289,15 +289,19 @@ def rate_text(rate: Fraction, measured: Fraction | None = None) -> str:
     return f"average frame rate {fps:.3g} fps"
 
 
-def check_output_path(output: Path, inputs: dict[str, Path | None]) -> None:
+def check_output_path(output: Path, inputs: dict[str, Path | None],
+                      replacing: bool = True) -> None:
     """Refuse an output path that is a folder or one of the inputs (the rule of
-    :func:`livefuse.io.paths.check_output`: ``./``, ``..``, symlinks and hard links included).
+    :func:`livefuse.io.paths.check_output`: ``./``, ``..``, symlinks and hard links included),
+    or an existing write-protected file.
 
     Args:
         inputs: role (``target``, ``source``, ``reference``) -> path.
+        replacing: an existing output will be replaced (``batch`` checks that per item).
 
     Raises:
-        LivefuseError: a folder; OutputIsInputError: naming the input the output would overwrite.
+        LivefuseError: a folder; OutputIsInputError: naming the input the output would
+            overwrite; ProtectedOutputError: a write-protected output.
     """
     if output.is_dir():
         raise LivefuseError(f"output '{output}' is a folder; give a file name")
@@ -309,7 +313,7 @@ def check_output_path(output: Path, inputs: dict[str, Path | None]) -> None:
     if folder is not None and not os.access(folder, os.W_OK | os.X_OK):
         raise LivefuseError(f"output '{output}': cannot write in '{folder}' (read-only or no "
                             "permission)")
-    check_output(output, inputs)
+    check_output(output, inputs, replacing=replacing)
 
 
 def run(engine: Engine, target: Path, output: Path, progress: bool = True,

@@ -253,6 +253,37 @@ def test_two_processes_never_write_one_part_file(tmp_path: Path) -> None:
         RecorderSink(out).close()  # its process ended: a leftover, not a writer
 
 
+def test_a_write_protected_output_is_never_replaced(here: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `run`, `live --record` and `batch --overwrite` replaced a 0444 file
+    (and another user's file) with a note, exit 0: the rename needs no write permission on the
+    file itself. Each refuses it now; `batch` fails that item only."""
+    for name in ("kept.jpg", "kept.mp4"):
+        (here / name).write_bytes(b"mine")
+        (here / name).chmod(0o444)
+    assert main(["run", "-q", "-s", "src.png", "-t", "t.jpg", "-o", "kept.jpg"]) == 2
+    assert "'kept.jpg' exists and is write-protected" in capsys.readouterr().err
+    assert main(["live", "-s", "src.png", "--video", "cam.mp4", "--record", "kept.mp4",
+                 "--duration", "3", "--engine", "classic"]) == 2
+    err = capsys.readouterr().err
+    assert "recording 'kept.mp4' exists and is write-protected" in err
+    assert "frames processed" not in err
+    (here / "in").mkdir()
+    (here / "in" / "kept.mp4").write_bytes((here / "cam.mp4").read_bytes())
+    (here / "in" / "new.jpg").write_bytes((here / "t.jpg").read_bytes())
+    (here / "out").mkdir()
+    (here / "out" / "kept.mp4").write_bytes(b"mine")
+    (here / "out" / "kept.mp4").chmod(0o444)
+    code = main(["batch", "-q", "-s", "src.png", "in", "--output-dir", "out", "--overwrite",
+                 "--executor", "local"])
+    out = capsys.readouterr().out
+    assert code != 0 and "write-protected" in out, out
+    assert (here / "out" / "new.jpg").stat().st_size > 1000
+    for kept in (here / "kept.jpg", here / "kept.mp4", here / "out" / "kept.mp4"):
+        assert kept.read_bytes() == b"mine"
+    assert main(["run", "-q", "-s", "src.png", "-t", "t.jpg", "-o", "fresh.jpg"]) == 0
+
+
 @pytest.mark.parametrize("suffix", [".mp4", ".jpg"])
 def test_a_name_as_long_as_the_file_system_allows_is_written(here: Path, suffix: str) -> None:
     """A new user's trial: names of 236-255 bytes, which the file system takes, were refused

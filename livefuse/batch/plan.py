@@ -32,7 +32,7 @@ from livefuse.batch.made_from import other_input, recorded
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import atomic_write_bytes, is_image_path
 from livefuse.io.codecs import open_video
-from livefuse.io.paths import part_paths
+from livefuse.io.paths import ProtectedOutputError, check_replaceable, part_paths
 from livefuse.io.video import (
     OUTPUT_VIDEO_SUFFIXES,
     Span,
@@ -351,7 +351,7 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
         if key in inputs_resolved:
             raise LivefuseError(f"output '{out}' is the input '{path}' itself (is --output-dir "
                                 "an input folder?); inputs are never overwritten")
-        check_output_path(out, {"target": path, **(other_inputs or {})})
+        check_output_path(out, {"target": path, **(other_inputs or {})}, replacing=False)
         kind: ItemKind = "image" if is_image_path(path) else "video"
         frames, seconds = 1, 0.0
         if kind == "video":
@@ -361,6 +361,11 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
         if overwrite or not _finished_output(out) or (earlier is not None and earlier[1]):
             # a cut input replaced since (the whole download, the finished recording): its
             # kept output is made again
+            try:
+                check_replaceable(out)
+            except ProtectedOutputError as exc:  # this item fails; the others run
+                plan.problems.append((str(path), str(exc)))
+                continue
             plan.items.append(item)
         else:
             other = other_input(made_from, output_dir, out, path)

@@ -61,22 +61,50 @@ def same_file(a: PathLike, b: PathLike) -> bool:
     return _resolved(pa) == _resolved(pb)
 
 
+class ProtectedOutputError(LivefuseError):
+    """An existing output that its owner protected from writing: a rename would replace it all
+    the same (a new user's trial: a 0444 file, and another user's file, were replaced with a
+    note, exit 0), so it is refused as ``cp`` or a shell's ``>`` refuse it."""
+
+
+def check_replaceable(output: PathLike, what: str = "output") -> None:
+    """Refuse to replace an existing ``output`` this user may not write, or that nobody may
+    write (no write bit at all: refused even for root, which ``os.access`` lets through).
+
+    Raises:
+        ProtectedOutputError: naming the file.
+    """
+    path = Path(output)
+    try:
+        mode = path.stat().st_mode
+    except OSError:  # nothing there (or a dangling symlink, replaced as a link)
+        return
+    if not os.access(path, os.W_OK) or not mode & 0o222:
+        raise ProtectedOutputError(f"{what} '{output}' exists and is write-protected; it is not "
+                                   "replaced: make it writable, or choose another name")
+
+
 def check_output(output: PathLike, inputs: Mapping[str, PathLike | None],
-                 what: str = "output") -> None:
-    """Refuse ``output`` when it is one of ``inputs``.
+                 what: str = "output", replacing: bool = True) -> None:
+    """Refuse ``output`` when it is one of ``inputs``, or when it exists write-protected.
 
     Args:
         output: the file about to be written (it may not exist yet).
         inputs: role (``target``, ``video input``, ``source``, ``reference``) -> path, or
             ``None`` for an input not given.
         what: how the message names the output (``output``, ``recording``).
+        replacing: the caller replaces an existing ``output`` (``False``: it decides that
+            later, as ``batch`` skips finished outputs, and calls :func:`check_replaceable`).
 
     Raises:
         OutputIsInputError: naming the output and the input it would overwrite.
+        ProtectedOutputError: an existing output that may not be written.
     """
     for role, path in inputs.items():
         if path is not None and same_file(output, path):
             raise OutputIsInputError(output, role, path, what)
+    if replacing:
+        check_replaceable(output, what)
 
 
 PART_INFIX = ".livefuse-part"
@@ -148,5 +176,6 @@ def part_paths(dst: Path) -> list[Path]:
                                 f"{glob.escape(dst.suffix)}"))
 
 
-__all__ = ["PART_INFIX", "OutputIsInputError", "check_output", "free_name", "other_writer",
-           "part_path", "part_paths", "same_file"]
+__all__ = ["PART_INFIX", "OutputIsInputError", "ProtectedOutputError", "check_output",
+           "check_replaceable", "free_name", "other_writer", "part_path", "part_paths",
+           "same_file"]

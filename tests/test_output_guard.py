@@ -325,3 +325,14 @@ def test_run_never_writes_into_a_running_batchs_output_folder(tmp_path: Path) ->
         check_run_paths(target, out / "sub" / "z.png")
     (out / LOCK_NAME).write_text("")  # left by a batch that crashed: no process holds it
     check_run_paths(target, out / "sub" / "z.png")
+
+
+def test_a_clip_cut_short_leaves_no_file(tmp_path: Path) -> None:
+    """A new user's trial: Ctrl-C during `livefuse demo` left half a clip.mp4 (53 of 90 frames)
+    while it said that no partial output was kept. The clip is written under a part name."""
+    good = np.zeros((64, 64, 3), np.uint8)
+    with pytest.raises(ValueError):
+        write_clip([good] * 4 + [np.zeros((64, 64, 4), np.uint8)], tmp_path / "clip.mp4")
+    assert list(tmp_path.iterdir()) == []
+    assert write_clip([good] * 4, tmp_path / "clip.mp4").stat().st_size > 0
+    assert [p.name for p in tmp_path.iterdir()] == ["clip.mp4"]

@@ -16,6 +16,7 @@ import av
 import cv2
 import numpy as np
 
+from livefuse.io.paths import part_path
 from livefuse.types import Frame
 
 
@@ -61,6 +62,20 @@ def write_clip(frames: list[Frame] | Iterator[Frame], path: str | os.PathLike[st
     """
     p = Path(path)
     frames = list(frames)
+    # under a part name, renamed when complete: the demo writes its clip here, and a Ctrl-C
+    # left half a clip.mp4 while it said no partial output was kept (a new user's trial)
+    tmp = part_path(p)
+    try:
+        _encode_clip(tmp, frames, rate, audio, audio_first)
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return p
+
+
+def _encode_clip(p: Path, frames: list[Frame], rate: Fraction, audio: bool,
+                 audio_first: bool) -> None:
     h, w = frames[0].shape[:2]
     with av.open(str(p), "w") as out:
         astream = None
@@ -81,7 +96,6 @@ def write_clip(frames: list[Frame] | Iterator[Frame], path: str | os.PathLike[st
             out.mux(pkt)
         if astream is not None:
             write_tone(out, astream, len(frames) / float(rate))
-    return p
 
 
 def write_tone(out: Any, stream: Any, seconds: float, hz: float = 440.0) -> None:

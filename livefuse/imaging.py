@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,15 @@ from livefuse.types import Frame
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
 ALPHA_SUFFIXES = frozenset({".png", ".webp", ".tif", ".tiff"})
 """Output formats that keep an alpha channel (:func:`save_image` writes it there)."""
+MAX_PIXELS = 16384 * 16384
+"""The largest picture livefuse reads (268 megapixels; phone sensors reach 200): about 800 MB
+decoded. A larger one is refused from its header. Pillow's decompression-bomb guard warns from
+89 megapixels and refuses from twice that with its own error (a new user's trial: a traceback
+for 256 megapixels, a warning printed twice for 100): it is moved up to this limit, where
+livefuse's own refusal comes first."""
+if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < MAX_PIXELS:
+    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)  # refused below
 
 
 @dataclass(frozen=True)
@@ -114,11 +124,14 @@ def load_image(path: str | os.PathLike[str], role: str | None = None) -> LoadedI
     p = _existing_file(Path(path), role)
     try:
         with Image.open(p) as im:
+            _check_header(im, p, role)
             notes = _depth_notes(im)  # before load(), which drops the raw layout it reads
             im.load()  # decodes now so a truncated file fails here, not later
             bgr, alpha, straight = _decode(ImageOps.exif_transpose(im) or im)
     except UnidentifiedImageError as exc:
         raise ImageLoadError(p, "not a recognised image format", role) from exc
+    except Image.DecompressionBombError as exc:
+        raise ImageLoadError(p, _TOO_LARGE, role) from exc
     except (OSError, SyntaxError, ValueError) as exc:
         msg = str(exc)
         if "truncated" in msg.lower():
@@ -128,6 +141,23 @@ def load_image(path: str | os.PathLike[str], role: str | None = None) -> LoadedI
         raise ImageLoadError(p, f"decoded to an empty image of shape {bgr.shape}",
                              role)
     return LoadedImage(bgr=bgr, alpha=alpha, path=p, straight=straight, notes=notes)
+
+
+_TOO_LARGE = (f"larger than {MAX_PIXELS // 1_000_000} megapixels, the most livefuse reads "
+              "(or a damaged header that claims so): scale it down")
+
+
+def _check_header(im: Image.Image, p: Path, role: str | None) -> None:
+    """A picture past :data:`MAX_PIXELS` is refused, from its header; so is an animated WebP or
+    a multi-page TIFF: its first frame alone came out, as a still, with no word (a new user's
+    trial)."""
+    if im.width * im.height > MAX_PIXELS:
+        raise ImageLoadError(p, _TOO_LARGE, role)
+    frames = int(getattr(im, "n_frames", 1) or 1)
+    if frames > 1:
+        raise ImageLoadError(p, f"holds {frames} frames (an animation or a multi-page file); "
+                                "livefuse takes still images and videos: convert it to a video "
+                                "(ffmpeg -i IN OUT.mp4), or save the one frame you want", role)
 
 
 def _depth_notes(im: Image.Image) -> tuple[str, ...]:
@@ -156,10 +186,12 @@ def check_image(path: str | os.PathLike[str], role: str | None = None) -> None:
     """
     p = _existing_file(Path(path), role)
     try:
-        with Image.open(p):
-            pass
+        with Image.open(p) as im:
+            _check_header(im, p, role)
     except UnidentifiedImageError as exc:
         raise ImageLoadError(p, "not a recognised image format", role) from exc
+    except Image.DecompressionBombError as exc:
+        raise ImageLoadError(p, _TOO_LARGE, role) from exc
     except (OSError, SyntaxError, ValueError) as exc:
         raise ImageLoadError(p, f"cannot decode: {exc}", role) from exc
 

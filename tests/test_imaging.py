@@ -133,3 +133,48 @@ def test_save_is_atomic_and_keeps_alpha(tmp_path: Path) -> None:
     assert [f.name for f in tmp_path.iterdir()] == ["o.png"]  # no temp file left behind
     back = load_image(out)
     np.testing.assert_array_equal(back.alpha, alpha)
+
+
+@pytest.mark.parametrize("name", ["anim.webp", "pages.tif"])
+def test_an_animation_or_a_multi_page_file_is_refused(tmp_path: Path, name: str) -> None:
+    """A new user's trial: an animated WebP and a two-page TIFF came out as a one-frame still,
+    exit 0, with no word."""
+    from livefuse.imaging import check_image
+
+    frames = [Image.fromarray(np.full((32, 32, 3), 60 * i, np.uint8)) for i in range(3)]
+    path = tmp_path / name
+    frames[0].save(path, save_all=True, append_images=frames[1:])
+    for read in (load_image, check_image):
+        with pytest.raises(ImageLoadError, match=rf"{name}': holds 3 frames"):
+            read(path)
+    frames[0].save(tmp_path / "one.webp")
+    assert load_image(tmp_path / "one.webp").bgr.shape == (32, 32, 3)
+
+
+def test_a_picture_past_the_size_livefuse_reads_is_one_clear_error(tmp_path: Path) -> None:
+    """A new user's trial: a 256-megapixel PNG (269 KB of zeros) gave Pillow's
+    DecompressionBombError as a traceback, and 100 megapixels printed its warning twice."""
+    import struct
+    import warnings
+    import zlib
+
+    from livefuse.imaging import MAX_PIXELS, check_image
+
+    def png(w: int, h: int) -> bytes:
+        def chunk(kind: bytes, data: bytes) -> bytes:
+            return struct.pack(">I", len(data)) + kind + data + \
+                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(b"\x00" * (w + 1))) + chunk(b"IEND", b""))
+
+    big = tmp_path / "big.png"
+    big.write_bytes(png(20000, 20000))
+    assert MAX_PIXELS < 20000 * 20000
+    for read in (load_image, check_image):
+        with pytest.raises(ImageLoadError, match=r"big\.png': larger than 268 megapixels"):
+            read(big, "source")
+    large = tmp_path / "large.png"  # 150 megapixels: read (the header alone), no warning
+    large.write_bytes(png(12300, 12300))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_image(large)

@@ -151,6 +151,7 @@ def test_an_animation_or_a_multi_page_file_is_refused(tmp_path: Path, name: str)
     assert load_image(tmp_path / "one.webp").bgr.shape == (32, 32, 3)
 
 
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # as livefuse.imaging
 def test_a_picture_past_the_size_livefuse_reads_is_one_clear_error(tmp_path: Path) -> None:
     """A new user's trial: a 256-megapixel PNG (269 KB of zeros) gave Pillow's
     DecompressionBombError as a traceback, and 100 megapixels printed its warning twice."""

@@ -35,11 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 from livefuse.config import AppConfig, CaptureConfig, EngineConfig, GuardMode, OutputConfig
 from livefuse.errors import ConfigError, LivefuseError
-from livefuse.imaging import LoadedImage, load_image
+from livefuse.imaging import LoadedImage, is_image_path, load_image
 from livefuse.io.paths import check_output
 from livefuse.io.sinks import PreviewSink, RecorderSink, Sink, VirtualCameraSink
 from livefuse.io.sources import (
     CameraSource,
+    ImageSource,
     Source,
     TestPatternSource,
     VideoFileSource,
@@ -69,16 +70,22 @@ load when the preset changes the models) before it reports a time-out."""
 
 
 def build_source(capture: CaptureConfig) -> Source:
-    """The frame source a :class:`CaptureConfig` describes (opened later, on the capture thread).
+    """The frame source a :class:`CaptureConfig` describes (opened later, on the capture thread;
+    a still image standing in for the camera is read now, on the caller's thread).
 
     Raises:
         VideoError: ``kind='video'`` without a file.
+        ImageLoadError: a still image that cannot be read.
     """
     if capture.kind == "video":
         if not capture.video:
             from livefuse.errors import VideoError
 
             raise VideoError("-", "no video file chosen for the video input")
+        if is_image_path(capture.video):  # a still, upright as `run` reads it (EXIF applied:
+            # FFmpeg's image decoders ignore it, and a new user's trial streamed a photo sideways)
+            still = load_image(capture.video)
+            return ImageSource(still.bgr, capture.fps, Path(capture.video).name)
         return VideoFileSource(capture.video, loop=capture.loop)
     if capture.kind == "test pattern":
         return TestPatternSource(capture.width, capture.height, capture.fps)

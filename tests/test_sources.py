@@ -295,3 +295,29 @@ def test_a_missing_device_node_is_named(capfd: pytest.CaptureFixture[str]) -> No
         CameraSource(987).open()
     out, err = capfd.readouterr()
     assert "video4linux2" not in out + err and "VIDEOIO" not in out + err
+
+
+def test_a_still_photo_as_the_video_input_is_upright(tmp_path: Path) -> None:
+    """A new user's trial: `live --video photo.jpg` with EXIF orientation 6 streamed the photo
+    sideways (FFmpeg's image decoders ignore EXIF), so no face was swapped; `run` read it
+    upright. The live input reads stills as `run` does."""
+    from PIL import Image
+
+    from livefuse.config import CaptureConfig
+    from livefuse.io.sources import ImageSource
+    from livefuse.session import build_source
+
+    stored = np.zeros((20, 40, 3), np.uint8)
+    stored[:, :5] = 255  # a white band at the stored left edge
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown turned 90 degrees clockwise: the band on top
+    path = tmp_path / "photo.jpg"
+    Image.fromarray(stored).save(path, exif=exif.tobytes(), quality=95)
+    source = build_source(CaptureConfig(kind="video", video=str(path)))
+    assert isinstance(source, ImageSource)
+    info = source.open()
+    frame = source.read()
+    assert frame is not None and (info.width, info.height) == (20, 40)
+    assert frame[:5].mean() > 200 and frame[-5:].mean() < 50
+    video = build_source(CaptureConfig(kind="video", video=str(tmp_path / "clip.mp4")))
+    assert isinstance(video, VideoFileSource)

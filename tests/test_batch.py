@@ -347,6 +347,27 @@ def test_an_output_another_input_made_is_not_taken_as_this_ones(tmp_path: Path,
                                         marking_engine, quiet=True).results] == ["skipped"]
 
 
+def test_an_input_changed_since_its_output_was_made_is_processed_again(tmp_path: Path,
+                                                                      t1_path: Path) -> None:
+    """A new user's trial: a photo replaced in the input folder after a batch kept its old
+    output on the next run ("skipped (output exists)", exit 0)."""
+    src = tmp_path / "in" / "pic.jpg"
+    src.parent.mkdir()
+    shutil.copy(t1_path, src)
+    out = tmp_path / "out"
+    opts = BatchOptions((str(src.parent),), out, executor="local")
+    assert [r.status for r in run_batch(opts, marking_engine, quiet=True).results] == ["done"]
+    assert [r.status for r in run_batch(opts, marking_engine, quiet=True).results] == \
+        ["skipped"]
+    src.write_bytes(src.read_bytes() + b"\0")  # another picture, another size
+    again = run_batch(opts, marking_engine, quiet=True)
+    assert [r.status for r in again.results] == ["done"]
+    assert f"1 input changed since its output was made, processed again: '{src}'" in \
+        "\n".join(again.lines())
+    assert [r.status for r in run_batch(opts, marking_engine, quiet=True).results] == \
+        ["skipped"]
+
+
 def test_files_that_are_not_media_are_said_left_out_and_obs_recordings_are_media(
         tmp_path: Path, t1_path: Path) -> None:
     """A new user's trial: a season folder's OBS .flv recordings and an audio-only .m4a were

@@ -8,7 +8,7 @@ done: its output was the other input's, exit 0 (a new user's trial). Each finish
 recorded with its input in a hidden file of the output folder (:data:`RECORD`, JSON lines,
 appended, so a batch of thousands of items writes a line per item and a line torn by a crash is
 only that line lost), and an output recorded from another input is a failure of the item, not a
-skip.
+skip. An output recorded from its input as it was before it changed is made again.
 
 An input is the same when its resolved path is, or when its name, size and modification time
 are (the season's folder moved or renamed since). An output with no record (made by an older
@@ -90,4 +90,21 @@ def other_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output: 
     return str(entry.get("input") or "another input")
 
 
-__all__ = ["RECORD", "other_input", "record", "recorded"]
+def changed_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path,
+                  source: Path) -> bool:
+    """Whether ``output`` was recorded from ``source`` (the same path) as it was before it
+    changed (another size or modification time): its output shows the old picture, and a
+    rerun makes it again instead of passing it as done (a new user's trial: a photo replaced
+    in the input folder kept its old output, exit 0). No record: ``False``."""
+    try:
+        rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
+        st = source.stat()
+    except (OSError, ValueError):
+        return False
+    entry = record_of.get(rel)
+    if entry is None or entry.get("input") != str(source.resolve()):
+        return False
+    return (entry.get("size"), entry.get("mtime_ns")) != (st.st_size, st.st_mtime_ns)
+
+
+__all__ = ["RECORD", "changed_input", "other_input", "record", "recorded"]

@@ -28,7 +28,7 @@ from typing import Literal, NamedTuple
 
 import av
 
-from livefuse.batch.made_from import other_input, recorded
+from livefuse.batch.made_from import changed_input, other_input, recorded
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import atomic_write_bytes, is_image_path
 from livefuse.io.codecs import open_video
@@ -129,6 +129,9 @@ class Plan:
     not_media: list[Path] = field(default_factory=list)
     """Files a folder or pattern holds that are neither images nor videos (an OBS FLV before
     it was one, an audio-only recording, notes): said, so that none is left out unsaid."""
+    changed: list[Item] = field(default_factory=list)
+    """Items whose output exists but was made from the input as it was before it changed
+    (:func:`~livefuse.batch.made_from.changed_input`): processed again, and said."""
     earlier_incomplete: dict[Item, str] = field(default_factory=dict)
     """Skipped items whose output an earlier run wrote from an input that ended early, with
     why (:func:`incomplete_marker`): a rerun says so again instead of passing them as done."""
@@ -358,7 +361,11 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
             frames, seconds = _video_size(path)
         item = Item(path, out, kind, frames, seconds)
         earlier = _earlier_incomplete(item)
-        if overwrite or not _finished_output(out) or (earlier is not None and earlier[1]):
+        changed = changed_input(made_from, output_dir, out, path)
+        if changed and not overwrite and _finished_output(out):
+            plan.changed.append(item)
+        if overwrite or not _finished_output(out) or (earlier is not None and earlier[1]) \
+                or changed:
             # a cut input replaced since (the whole download, the finished recording): its
             # kept output is made again
             try:

@@ -517,6 +517,13 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
         summary.notes.append(f"'{folder}' has {deeper} image{'s' if deeper > 1 else ''} or "
                              f"video{'s' if deeper > 1 else ''} in its subfolders, left out: "
                              "--recursive takes them too")
+    if plan.changed:
+        n_changed = len(plan.changed)
+        names = ", ".join(f"'{i.input}'" for i in plan.changed[:3]) + \
+            (f" and {n_changed - 3} more" if n_changed > 3 else "")
+        since = "inputs changed since their outputs were" if n_changed > 1 else \
+            "input changed since its output was"
+        summary.notes.append(f"{n_changed} {since} made, processed again: {names}")
     if plan.not_media:
         others = len(plan.not_media)
         shown = ", ".join(f"'{f.name}'" for f in plan.not_media[:3]) + \

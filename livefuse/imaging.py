@@ -8,6 +8,7 @@ raises :class:`~livefuse.errors.ImageLoadError` naming the path; a ``None`` imag
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 import warnings
@@ -17,7 +18,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import numpy.typing as npt
-from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageCms, ImageFile, ImageOps, UnidentifiedImageError
 
 from livefuse.errors import ImageLoadError
 from livefuse.names import IMAGE_PART_TAIL, temp_prefix
@@ -127,7 +128,10 @@ def load_image(path: str | os.PathLike[str], role: str | None = None) -> LoadedI
             _check_header(im, p, role)
             notes = _depth_notes(im)  # before load(), which drops the raw layout it reads
             im.load()  # decodes now so a truncated file fails here, not later
-            bgr, alpha, straight = _decode(ImageOps.exif_transpose(im) or im)
+            upright = ImageOps.exif_transpose(im) or im
+            upright, profile = _to_srgb(upright, im.info.get("icc_profile"))
+            notes += profile
+            bgr, alpha, straight = _decode(upright)
     except UnidentifiedImageError as exc:
         raise ImageLoadError(p, "not a recognised image format", role) from exc
     except Image.DecompressionBombError as exc:
@@ -158,6 +162,31 @@ def _check_header(im: Image.Image, p: Path, role: str | None) -> None:
         raise ImageLoadError(p, f"holds {frames} frames (an animation or a multi-page file); "
                                 "livefuse takes still images and videos: convert it to a video "
                                 "(ffmpeg -i IN OUT.mp4), or save the one frame you want", role)
+
+
+_SRGB = ImageCms.createProfile("sRGB")
+
+
+def _to_srgb(im: Image.Image, icc: bytes | None) -> tuple[Image.Image, tuple[str, ...]]:
+    """``im`` converted to sRGB from its embedded colour profile, with a note, when that profile
+    is another one (a phone's Display P3, Adobe RGB); as it is otherwise. Everything after
+    works in sRGB, and outputs are written without a profile, which viewers read as sRGB (a new
+    user's trial: profiles were dropped, so a wide-gamut photo's colours came out duller)."""
+    if not icc or im.mode not in ("RGB", "RGBA", "CMYK"):
+        return im, ()
+    try:
+        profile = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+        name = ImageCms.getProfileDescription(profile).strip() or "unnamed"
+        if "srgb" in name.lower().replace(" ", ""):
+            return im, ()
+        converted = ImageCms.profileToProfile(im, profile, _SRGB,
+                                              outputMode="RGBA" if im.mode == "RGBA" else "RGB")
+    except (OSError, ValueError, ImageCms.PyCMSError):
+        return im, ("the picture's colour profile could not be read and was left out (its "
+                    "colours are taken as sRGB)",)
+    assert converted is not None  # profileToProfile returns None only with inPlace
+    return converted, (f"the picture's colours were converted from its profile '{name}' to "
+                       "sRGB (the output is sRGB)",)
 
 
 def _depth_notes(im: Image.Image) -> tuple[str, ...]:

@@ -179,3 +179,32 @@ def test_a_picture_past_the_size_livefuse_reads_is_one_clear_error(tmp_path: Pat
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_image(large)
+
+
+def test_a_wide_gamut_photo_is_read_in_srgb(tmp_path: Path) -> None:
+    """A new user's trial: embedded colour profiles were dropped, so a Display P3 photo (a
+    phone's) was taken as sRGB and came out duller. It is converted to sRGB when read, with a
+    note; an sRGB-tagged photo is read as it is."""
+    from PIL import ImageCms
+
+    from livefuse.testing.icc import matrix_profile
+
+    pixels = np.zeros((8, 8, 3), np.uint8)
+    pixels[...] = (200, 50, 50)  # RGB
+    p3 = tmp_path / "p3.png"
+    Image.fromarray(pixels).save(p3, icc_profile=matrix_profile("Test Display P3"))
+    got = load_image(p3)
+    red = got.bgr[0, 0, ::-1].astype(int)
+    assert red[0] > 210 and red[1] < 30 and red[2] < 45, red  # P3's red is redder than sRGB's
+    assert any("profile 'Test Display P3' to sRGB" in n for n in got.notes), got.notes
+    rgba = tmp_path / "p3a.png"
+    Image.fromarray(np.dstack([pixels, np.full((8, 8), 128, np.uint8)])).save(
+        rgba, icc_profile=matrix_profile("Test Display P3"))
+    both = load_image(rgba)
+    assert both.alpha is not None and int(both.alpha[0, 0]) == 128
+    assert both.straight is not None and np.array_equal(both.straight[0, 0], got.bgr[0, 0])
+    srgb = tmp_path / "srgb.png"
+    Image.fromarray(pixels).save(srgb, icc_profile=ImageCms.ImageCmsProfile(
+        ImageCms.createProfile("sRGB")).tobytes())
+    plain = load_image(srgb)
+    assert tuple(plain.bgr[0, 0]) == (50, 50, 200) and plain.notes == ()

@@ -331,17 +331,22 @@ def run_live(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             old[sig] = signal.getsignal(sig)
             signal.signal(sig, lambda *_: stop.set())
-    t_end = None if args.duration is None else time.monotonic() + args.duration
     failed: str | None = None
     incomplete: str | None = None
     # said at the end, as `run` says it: the old file is kept until the new one is complete
     replaces = args.record is not None and args.record.exists()
     try:
         session.start()
-        while not stop.wait(1.0):
-            snap = metrics.snapshot()
-            if snap.frames_in or snap.frames_processed:  # no rows of zeros before a frame
-                print(snap.line(), flush=True)
+        # from the start of the stream, to the moment: the line each second woke the check too,
+        # so --duration 0.5 ran a second (a new user's trial)
+        t_next = time.monotonic() + 1.0
+        t_end = None if args.duration is None else time.monotonic() + args.duration
+        while not stop.wait(max(0.0, min(t_next, t_end or t_next) - time.monotonic())):
+            if time.monotonic() >= t_next:
+                t_next += 1.0
+                snap = metrics.snapshot()
+                if snap.frames_in or snap.frames_processed:  # no rows of zeros before a frame
+                    print(snap.line(), flush=True)
             failed = session.capture_failed
             incomplete = session.source_incomplete
             if session.source_ended or failed or \

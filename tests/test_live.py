@@ -357,6 +357,21 @@ def test_live_cli_records_a_video_file(clip_path: Path, tmp_path: Path,
     assert probe(out).width == 640
 
 
+def test_live_cli_duration_is_kept_to_the_moment(clip_path: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: `--duration 0.5` ran a whole second (30 frames of a 30 fps file):
+    the check woke with the metrics line, once a second."""
+    from livefuse.cli import main
+
+    skimage_png = tmp_path / "face.png"
+    cv2.imwrite(str(skimage_png), np.ascontiguousarray(data.astronaut()[..., ::-1]))
+    assert main(["live", "--source", str(skimage_png), "--video", str(clip_path),
+                 "--duration", "0.5"]) == 0
+    printed = capsys.readouterr().out
+    processed = int(printed.split("frames processed: ")[1].split()[0])
+    assert 0 < processed <= 24, printed
+
+
 def test_live_cli_refuses_a_recording_it_cannot_write_and_never_loses_one_with_exit_0(
         clip_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

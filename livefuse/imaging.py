@@ -230,8 +230,12 @@ def _existing_file(p: Path, role: str | None) -> Path:
         raise ImageLoadError(p, "file not found", role)
     if p.is_dir():
         raise ImageLoadError(p, "is a folder, not an image file", role)
+    if not p.is_file():  # a FIFO read as "empty (0 bytes)" (a new user's trial)
+        raise ImageLoadError(p, "is not a regular file (a pipe, a device or a socket)", role)
     if p.stat().st_size == 0:
         raise ImageLoadError(p, "file is empty (0 bytes)", role)
+    if not os.access(p, os.R_OK):  # not "cannot decode: [Errno 13]"
+        raise ImageLoadError(p, "permission denied (this user may not read it)", role)
     return p
 
 

@@ -208,3 +208,13 @@ def test_a_wide_gamut_photo_is_read_in_srgb(tmp_path: Path) -> None:
         ImageCms.createProfile("sRGB")).tobytes())
     plain = load_image(srgb)
     assert tuple(plain.bgr[0, 0]) == (50, 50, 200) and plain.notes == ()
+
+
+def test_a_pipe_is_named_as_such(tmp_path: Path) -> None:
+    """A new user's trial: a FIFO given as a photo was called "empty (0 bytes)"."""
+    import os
+
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)
+    with pytest.raises(ImageLoadError, match="is not a regular file"):
+        load_image(fifo)

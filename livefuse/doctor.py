@@ -346,10 +346,17 @@ def print_report(checks: list[Check], file: TextIO | None = None) -> None:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Print the environment report; exit 1 when a check failed."""
-    from livefuse.models.catalog import models_dir
+    from livefuse.errors import ConfigError
+    from livefuse.models.catalog import default_models_dir, models_dir
 
-    checks = collect(models_directory=models_dir(args.models_dir))
-    print_report(checks, file=sys.stdout)
+    try:  # a bad $LIVEFUSE_MODELS_DIR is one failed line of the report, not the report's end
+        directory = models_dir(args.models_dir)
+        folder = Check("models folder", "ok", str(directory))
+    except ConfigError as exc:
+        directory = default_models_dir()
+        folder = Check("models folder", "fail", str(exc), (f"the report below reads {directory}",))
+    checks = collect(models_directory=directory)
+    print_report([folder, *checks], file=sys.stdout)
     return 1 if any(c.level == "fail" for c in checks) else 0
 
 

@@ -89,6 +89,32 @@ def test_models_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         tmp_path / "w600k_r50.onnx"
 
 
+def test_a_models_dir_variable_naming_a_file_is_refused_and_doctor_reports_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new user's trial: `LIVEFUSE_MODELS_DIR=<a file>` was taken (every model then "not
+    installed", `models fetch` said "file exists"), where `--models-dir <a file>` is refused;
+    `doctor` never named the models folder."""
+    from livefuse.cli import main
+    from livefuse.errors import ConfigError
+
+    afile = tmp_path / "mfile"
+    afile.write_text("")
+    monkeypatch.setenv(catalog.MODELS_DIR_ENV, str(afile))
+    with pytest.raises(ConfigError, match=r"\$LIVEFUSE_MODELS_DIR='.*mfile' is a file"):
+        catalog.models_dir()
+    assert catalog.models_dir(tmp_path) == tmp_path  # the flag comes first
+    assert main(["models", "list"]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    main(["doctor"])
+    report = capsys.readouterr().out
+    assert report.startswith("[FAIL] models folder") and "is a file, not a folder" in report
+    monkeypatch.setenv(catalog.MODELS_DIR_ENV, str(tmp_path))
+    main(["doctor"])
+    first = capsys.readouterr().out.splitlines()[0].split()
+    assert first == ["[", "ok", "]", "models", "folder", str(tmp_path)], first
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     models_cli.add_parser(parser.add_subparsers(dest="command"))

@@ -26,7 +26,7 @@ from typing import Literal
 
 import platformdirs
 
-from livefuse.errors import LivefuseError
+from livefuse.errors import ConfigError, LivefuseError
 
 Role = Literal["swapper", "detector", "recogniser", "landmarker", "occluder", "parser",
                "enhancer"]
@@ -365,12 +365,26 @@ def models_dir(override: str | Path | None = None) -> Path:
 
     Precedence: ``override`` (the ``--models-dir`` flag), then ``$LIVEFUSE_MODELS_DIR``, then
     ``<platformdirs user data dir>/livefuse/models``. The folder is not created here.
+
+    Raises:
+        ConfigError: ``$LIVEFUSE_MODELS_DIR`` names an existing file (``--models-dir`` refuses
+            one when parsed; the variable was taken, and every model then "not installed").
     """
     if override:
         return Path(override).expanduser()
     env = os.environ.get(MODELS_DIR_ENV)
     if env:
-        return Path(env).expanduser()
+        folder = Path(env).expanduser()
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"${MODELS_DIR_ENV}='{env}' is a file, not a folder: point it at "
+                              "the models folder, or unset it")
+        return folder
+    return default_models_dir()
+
+
+def default_models_dir() -> Path:
+    """``<platformdirs user data dir>/livefuse/models``: the models folder when neither
+    ``--models-dir`` nor ``$LIVEFUSE_MODELS_DIR`` names one."""
     return Path(platformdirs.user_data_dir("livefuse", appauthor=False)) / "models"
 
 

@@ -336,3 +336,23 @@ def test_a_clip_cut_short_leaves_no_file(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     assert write_clip([good] * 4, tmp_path / "clip.mp4").stat().st_size > 0
     assert [p.name for p in tmp_path.iterdir()] == ["clip.mp4"]
+
+
+def test_a_full_disk_names_the_output(here: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial on a full file system: `run` said only "no space left on device",
+    naming no file. The output is named (not its hidden part file), and nothing is left."""
+    import errno
+
+    import livefuse.imaging
+    import livefuse.io.video
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for module in (livefuse.imaging, livefuse.io.video):
+        monkeypatch.setattr(module.os, "replace", full)  # type: ignore[attr-defined]
+    for target, out in (("t.jpg", "o.jpg"), ("cam.mp4", "o.mp4")):
+        assert main(["run", "-q", "-s", "src.png", "-t", target, "-o", out]) == 2
+        assert f"livefuse: error: '{out}': no space left on device" in capsys.readouterr().err
+    assert sorted(p.name for p in here.iterdir()) == ["cam.mp4", "src.png", "t.jpg"]

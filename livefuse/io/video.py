@@ -784,6 +784,14 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
         else:
             tmp.unlink(missing_ok=True)
             remove_empty(made)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        remove_empty(made)
+        # a full disk as the muxer closes: the output named (a new user's trial read only
+        # "no space left on device"), not its part file
+        if exc.filename is None or str(exc.filename) == str(tmp):
+            raise OSError(exc.errno, exc.strerror or str(exc), str(d)) from exc
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         remove_empty(made)

@@ -309,6 +309,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, old)
 
 
+def _interrupted_batch_note(args: argparse.Namespace) -> str:
+    """What an interrupted batch kept and how to go on: with ``--overwrite`` the same command
+    would redo everything (a new user's trial read "the same command goes on after it")."""
+    if getattr(args, "overwrite", False):  # without it, items not reached keep old outputs
+        return ("; what finished is kept (nothing half-written); with --overwrite the same "
+                "command makes every item again")
+    return "; what finished is kept (nothing half-written) and the same command goes on after it"
+
+
 def _caused_by_interrupt(exc: BaseException) -> bool:
     seen: BaseException | None = exc
     while seen is not None:
@@ -394,8 +403,7 @@ def _main(argv: Sequence[str] | None) -> int:
         # after hours keeps what it finished (outputs, a long video's chunks) and goes on from
         # it when run again; live's recording is the user's to keep, so nothing is claimed
         kept = _interrupted_run_note(args) if args.command == "run" else \
-            {"batch": "; what finished is kept (nothing half-written) and the same command "
-                      "goes on after it"}.get(args.command, "")
+            _interrupted_batch_note(args) if args.command == "batch" else ""
         if _TERMINATED.is_set():
             print(f"livefuse: terminated (SIGTERM){kept or '; no partial output was kept'}",
                   file=sys.stderr)

@@ -898,6 +898,16 @@ def test_an_interrupted_batch_says_what_it_kept_and_how_to_go_on(
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"{first}; what finished is kept (nothing half-written) and the same command goes on "
         "after it")
+    # with --overwrite the same command does not go on: it makes every item again
+    try:
+        assert cli.main(["batch", str(t1_path), "-o", str(tmp_path / "o"), "-s",
+                         str(astronaut_path), "-q", "--executor", "local",
+                         "--overwrite"]) == code
+    finally:
+        cli._TERMINATED.clear()
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"{first}; what finished is kept (nothing half-written); with --overwrite the same "
+        "command makes every item again")
 
 
 def test_an_interrupted_run_says_no_partial_output_was_kept(

@@ -45,10 +45,11 @@ def machine() -> str:
 
 
 def _source() -> LoadedImage:
-    path = Path(tempfile.gettempdir()) / "livefuse_bench_astronaut.png"
-    if not path.exists():
-        save_image(path, astronaut())
-    return load_image(path)
+    """The astronaut, read through the file loader as a user's photo is. A fresh private
+    folder each time: a fixed name in the shared temp folder was reused whatever it held (a
+    new user's trial)."""
+    with tempfile.TemporaryDirectory(prefix="livefuse-bench-") as folder:
+        return load_image(save_image(Path(folder) / "astronaut.png", astronaut()))
 
 
 def bench_classic(frames: int = 120, detect_every: tuple[int, ...] = (1, 3, 5),

@@ -58,7 +58,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         engine.set_reference(reference)
         for note in engine.reference_notes:
             print(f"reference: {note}", file=sys.stderr)
-    replaces = args.output.exists()  # kept until the new one is complete, then replaced
+    # kept until the new one is complete, then replaced; a dangling symlink is there too
+    replaces = os.path.lexists(args.output)
     summary = run(engine, args.target, args.output, progress=not args.quiet,
                   other_inputs={"source": args.source, "reference": args.reference},
                   video=video)

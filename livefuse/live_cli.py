@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import signal
 import sys
 import threading
@@ -334,7 +335,7 @@ def run_live(args: argparse.Namespace) -> int:
     failed: str | None = None
     incomplete: str | None = None
     # said at the end, as `run` says it: the old file is kept until the new one is complete
-    replaces = args.record is not None and args.record.exists()
+    replaces = args.record is not None and os.path.lexists(args.record)  # a dangling link too
     try:
         session.start()
         # from the start of the stream, to the moment: the line each second woke the check too,

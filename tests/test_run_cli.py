@@ -645,6 +645,10 @@ def test_an_output_that_was_there_is_replaced_and_the_summary_says_so(
     assert "has been replaced" not in capsys.readouterr().out
     assert _run("-s", astronaut_path, "-t", t1_path, "-o", out) == 0
     assert f"note: '{out}' was there before and has been replaced" in capsys.readouterr().out
+    link = tmp_path / "link.png"  # a dangling symlink is replaced too, and said
+    link.symlink_to(tmp_path / "gone.png")
+    assert _run("-s", astronaut_path, "-t", t1_path, "-o", link) == 0
+    assert f"note: '{link}' was there before and has been replaced" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("target", ["t1.jpg", "clip.mp4"])

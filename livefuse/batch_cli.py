@@ -21,6 +21,7 @@ from livefuse.cli_args import (
 )
 from livefuse.errors import EXIT_FAILED, LivefuseError
 from livefuse.extras import install_hint
+from livefuse.io.paths import same_file
 
 if TYPE_CHECKING:
     from livefuse.batch.plan import Plan
@@ -209,8 +210,15 @@ def run_batch_cli(args: argparse.Namespace) -> int:
         problem = models_error(config)
         if problem is not None:  # now, not from every worker after the cluster started
             raise problem
+    if args.recursive and not any(Path(raw).is_dir() for raw in args.inputs):
+        # taken and ignored otherwise (an option audit); a pattern's ** reaches any depth
+        raise LivefuseError("--recursive walks the subfolders of folder inputs, and no input "
+                            "is a folder (a pattern's ** reaches every depth by itself)")
     plan = plan_items(args.inputs, args.output_dir, args.recursive, args.overwrite,
                       other_inputs={"source": args.source, "reference": args.reference})
+    for photo, role in ((args.source, "source"), (args.reference, "reference")):
+        if photo is not None and any(same_file(i.input, photo) for i in plan.items):
+            say(f"note: the {role} photo '{photo}' is among the inputs: it is swapped too")
     _refuse_video_options_without_video(args, plan)
     opts = BatchOptions(tuple(args.inputs), args.output_dir, args.recursive, args.overwrite,
                         args.workers, args.gpus_per_worker, args.cpus_per_worker, args.address,

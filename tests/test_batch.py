@@ -1179,3 +1179,31 @@ def test_the_same_file_named_twice_is_one_item(tmp_path: Path) -> None:
     clip = _touch(tmp_path / "in" / "f.jpg")
     plan = plan_items([str(clip), str(clip), str(tmp_path / "in")], tmp_path / "out")
     assert [i.input for i in plan.items] == [clip]
+
+
+def test_hidden_media_and_a_source_among_the_inputs_are_said_and_recursive_needs_a_folder(
+        tmp_path: Path, t1_path: Path, astronaut_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: a folder's '.take2.jpg' was left out without a word, the source
+    photo lying among the inputs was swapped too with none, and `--recursive` with file inputs
+    only was taken and ignored."""
+    from livefuse.cli import main
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(t1_path, folder / "a.jpg")
+    shutil.copy(t1_path, folder / ".take2.jpg")
+    shutil.copy(astronaut_path, folder / "src.png")
+    (folder / ".a.livefuse-part-1-abcdef.mp4").write_bytes(b"")  # livefuse's own: not said
+    summary = run_batch(BatchOptions((str(folder),), tmp_path / "o", executor="local"),
+                        marking_engine, quiet=True)
+    assert f"note: 1 hidden image or video (a name starting with a dot) left out: " \
+        f"'{folder / '.take2.jpg'}'; name one itself to process it" in summary.lines()
+    assert main(["batch", "-q", "-s", str(folder / "src.png"), str(folder / "a.jpg"),
+                 str(folder / "src.png"), "-o", str(tmp_path / "o2"), "--executor",
+                 "local"]) == 0
+    assert f"note: the source photo '{folder / 'src.png'}' is among the inputs: it is " \
+        "swapped too" in capsys.readouterr().err
+    assert main(["batch", "-q", "-s", str(astronaut_path), str(folder / "a.jpg"), "-r", "-o",
+                 str(tmp_path / "o3")]) == 2
+    assert "no input is a folder" in capsys.readouterr().err

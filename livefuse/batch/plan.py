@@ -32,7 +32,7 @@ from livefuse.batch.made_from import changed_input, other_input, recorded
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import atomic_write_bytes, is_image_path
 from livefuse.io.codecs import open_video
-from livefuse.io.paths import ProtectedOutputError, check_replaceable, part_paths
+from livefuse.io.paths import PART_INFIX, ProtectedOutputError, check_replaceable, part_paths
 from livefuse.io.video import (
     OUTPUT_VIDEO_SUFFIXES,
     Span,
@@ -129,6 +129,8 @@ class Plan:
     not_media: list[Path] = field(default_factory=list)
     """Files a folder or pattern holds that are neither images nor videos (an OBS FLV before
     it was one, an audio-only recording, notes): said, so that none is left out unsaid."""
+    hidden: list[Path] = field(default_factory=list)
+    """Images and videos a folder walk left out for a hidden name (:class:`Expanded`)."""
     changed: list[Item] = field(default_factory=list)
     """Items whose output exists but was made from the input as it was before it changed
     (:func:`~livefuse.batch.made_from.changed_input`): processed again, and said."""
@@ -227,6 +229,8 @@ class Expanded(NamedTuple):
             ones not counted).
         below: ``(folder as given, count)``: images and videos in the subfolders of a folder
             walked without ``recursive``.
+        hidden: images and videos a folder walk left out for a name (of theirs or of a folder
+            above them) starting with a dot, livefuse's own part files not counted.
     """
 
     found: list[tuple[Path, Path]]
@@ -234,6 +238,7 @@ class Expanded(NamedTuple):
     left_out: int
     not_media: list[Path]
     below: list[tuple[str, int]]
+    hidden: list[Path]
 
 
 def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None = None
@@ -252,6 +257,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
     problems: list[tuple[str, str]] = []
     other: list[Path] = []
     below: list[tuple[str, int]] = []
+    hidden: list[Path] = []
     left_out = 0
     out_root = outputs.resolve() if outputs is not None else None
 
@@ -268,8 +274,12 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
         p = Path(raw)
         if p.is_dir():
             pattern = "**/*" if recursive else "*"
-            every = walked(raw, sorted(f for f in p.glob(pattern) if f.is_file()
-                                       and not _is_ours(f.relative_to(p))))
+            walk = [f for f in p.glob(pattern) if f.is_file()]
+            every = walked(raw, sorted(f for f in walk if not _is_ours(f.relative_to(p))))
+            # said, not taken: a new user's trial found '.take2.jpg' left out without a word
+            hidden += sorted(f for f in walk if _is_ours(f.relative_to(p)) and _media(f)
+                             and CHUNK_DIR not in f.relative_to(p).parts
+                             and PART_INFIX not in f.name)
             files = [f for f in every if _media(f)]
             other += [f for f in every if not _media(f)]
             # counted, not walked: files of the output folder are no hint (nor left out twice)
@@ -303,7 +313,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             found += [(f, _below(f, _fixed_part(p))) for f in files]
         else:
             problems.append((raw, "file not found"))
-    return Expanded(found, problems, left_out, other, below)
+    return Expanded(found, problems, left_out, other, below, hidden)
 
 
 def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
@@ -337,8 +347,9 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
                             "or no permission)")
     # an output folder inside an input folder: its files are this batch's outputs, not inputs
     # (an output folder that IS an input folder is refused below, output by output)
-    found, problems, left_out, not_media, below = expand(inputs, recursive, output_dir)
-    plan = Plan(problems=problems, left_out=left_out, not_media=not_media, below=below)
+    found, problems, left_out, not_media, below, hidden = expand(inputs, recursive, output_dir)
+    plan = Plan(problems=problems, left_out=left_out, not_media=not_media, below=below,
+                hidden=hidden)
     seen: dict[Path, Path] = {}
     inputs_resolved = {f.resolve() for f, _ in found}
     made_from = recorded(output_dir)

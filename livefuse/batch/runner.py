@@ -517,6 +517,13 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
         summary.notes.append(f"'{folder}' has {deeper} image{'s' if deeper > 1 else ''} or "
                              f"video{'s' if deeper > 1 else ''} in its subfolders, left out: "
                              "--recursive takes them too")
+    if plan.hidden:
+        n_hidden = len(plan.hidden)
+        names = ", ".join(f"'{f}'" for f in plan.hidden[:3]) + \
+            (f" and {n_hidden - 3} more" if n_hidden > 3 else "")
+        kind = "images or videos" if n_hidden > 1 else "image or video"
+        summary.notes.append(f"{n_hidden} hidden {kind} (a name starting with a dot) left "
+                             f"out: {names}; name one itself to process it")
     if plan.changed:
         n_changed = len(plan.changed)
         names = ", ".join(f"'{i.input}'" for i in plan.changed[:3]) + \

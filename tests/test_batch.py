@@ -41,7 +41,7 @@ def test_inputs_expand_files_folders_and_globs(tmp_path: Path) -> None:
     _touch(tmp_path / "a" / "notes.txt")
     _touch(tmp_path / "a" / "sub" / "three.png")
     _touch(tmp_path / "b" / "four.webm")
-    found, problems, _, not_media, _ = expand([str(tmp_path / "a"), str(tmp_path / "b" / "*.webm"),
+    found, problems, _, not_media, *_ = expand([str(tmp_path / "a"), str(tmp_path / "b" / "*.webm"),
                               str(tmp_path / "nope.jpg"), str(tmp_path / "a" / "notes.txt"),
                               str(tmp_path / "none*.png")])
     assert [str(rel) for _, rel in found] == ["one.jpg", "two.mp4", "four.webm"]

@@ -157,7 +157,9 @@ def _check_header(im: Image.Image, p: Path, role: str | None) -> None:
     trial)."""
     if im.width * im.height > MAX_PIXELS:
         raise ImageLoadError(p, _TOO_LARGE, role)
-    frames = int(getattr(im, "n_frames", 1) or 1)
+    # a JPEG with a second picture in its MPF data (an iPhone's HDR gain map, a camera's
+    # large preview) opens as MPO with n_frames 2: its first picture is the photo
+    frames = 1 if im.format == "MPO" else int(getattr(im, "n_frames", 1) or 1)
     if frames > 1:
         raise ImageLoadError(p, f"holds {frames} frames (an animation or a multi-page file); "
                                 "livefuse takes still images and videos: convert it to a video "

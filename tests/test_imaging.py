@@ -218,3 +218,16 @@ def test_a_pipe_is_named_as_such(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(ImageLoadError, match="is not a regular file"):
         load_image(fifo)
+
+
+def test_a_jpeg_with_a_second_picture_is_a_photo(tmp_path: Path) -> None:
+    """A review: an iPhone's HDR JPEG (a gain map) or a camera's JPEG with a large preview
+    holds a second picture in its MPF data; Pillow opens it as MPO with two frames, and the
+    refusal of animations refused everyday photos. Its first picture is the photo."""
+    main = Image.fromarray(np.full((16, 24, 3), 200, np.uint8))
+    path = tmp_path / "phone.jpg"
+    main.save(path, format="MPO", save_all=True,
+              append_images=[Image.fromarray(np.zeros((8, 12, 3), np.uint8))])
+    with Image.open(path) as im:
+        assert im.format == "MPO" and getattr(im, "n_frames", 1) == 2
+    assert load_image(path).bgr.shape == (16, 24, 3)

@@ -267,7 +267,8 @@ class Session:
             "source photo": None if source_face is None else source_face.path,
             "reference photo": None if reference is None else reference.path,
             **presets,
-        }, what="recording")
+        }, what="recording", replacing=False)  # the recorder refuses a protected file: the
+        # app records to a free name, and an old protected recording must not refuse Start
 
     def _check_reference(self, config: AppConfig) -> None:
         if config.engine.face_selector == "reference" and self._reference is None:

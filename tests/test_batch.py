@@ -907,7 +907,8 @@ def test_an_interrupted_batch_says_what_it_kept_and_how_to_go_on(
         cli._TERMINATED.clear()
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"{first}; what finished is kept (nothing half-written); with --overwrite the same "
-        "command makes every item again")
+        "command makes every item again, without it the items not reached keep their earlier "
+        "outputs")
 
 
 def test_an_interrupted_run_says_no_partial_output_was_kept(
@@ -1199,6 +1200,13 @@ def test_hidden_media_and_a_source_among_the_inputs_are_said_and_recursive_needs
                         marking_engine, quiet=True)
     assert f"note: 1 hidden image or video (a name starting with a dot) left out: " \
         f"'{folder / '.take2.jpg'}'; name one itself to process it" in summary.lines()
+    # a hidden output folder inside the input folder: its outputs are not hidden inputs
+    inside = BatchOptions((str(folder),), folder / ".swapped", recursive=True, executor="local")
+    for _ in range(2):
+        lines = run_batch(inside, marking_engine, quiet=True).lines()
+    assert [ln for ln in lines if "hidden" in ln] == [
+        f"note: 1 hidden image or video (a name starting with a dot) left out: "
+        f"'{folder / '.take2.jpg'}'; name one itself to process it"], lines
     assert main(["batch", "-q", "-s", str(folder / "src.png"), str(folder / "a.jpg"),
                  str(folder / "src.png"), "-o", str(tmp_path / "o2"), "--executor",
                  "local"]) == 0

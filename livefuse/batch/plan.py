@@ -143,7 +143,8 @@ def incomplete_marker(output: Path) -> Path:
     """The hidden file beside ``output`` that says its input ended early (its first line says
     how, its second the input's size and modification time as JSON): written when such an
     output is kept, removed when the item is done in full."""
-    return output.with_name(f".{output.name}.livefuse-incomplete")
+    tail = "livefuse-incomplete"  # cut to fit: an output named up to 255 bytes has one too
+    return output.with_name(temp_prefix(output, len(tail)) + tail)
 
 
 def input_stamp(path: Path) -> dict[str, int]:
@@ -279,7 +280,8 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             # said, not taken: a new user's trial found '.take2.jpg' left out without a word
             hidden += sorted(f for f in walk if _is_ours(f.relative_to(p)) and _media(f)
                              and CHUNK_DIR not in f.relative_to(p).parts
-                             and PART_INFIX not in f.name)
+                             and PART_INFIX not in f.name  # nor this batch's outputs
+                             and (out_root is None or out_root not in f.resolve().parents))
             files = [f for f in every if _media(f)]
             other += [f for f in every if not _media(f)]
             # counted, not walked: files of the output folder are no hint (nor left out twice)
@@ -373,17 +375,17 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
         item = Item(path, out, kind, frames, seconds)
         earlier = _earlier_incomplete(item)
         changed = changed_input(made_from, output_dir, out, path)
-        if changed and not overwrite and _finished_output(out):
-            plan.changed.append(item)
         if overwrite or not _finished_output(out) or (earlier is not None and earlier[1]) \
                 or changed:
             # a cut input replaced since (the whole download, the finished recording): its
             # kept output is made again
             try:
-                check_replaceable(out)
+                check_replaceable(out, hint="or give another --output-dir")
             except ProtectedOutputError as exc:  # this item fails; the others run
                 plan.problems.append((str(path), str(exc)))
                 continue
+            if changed and not overwrite and _finished_output(out):
+                plan.changed.append(item)
             plan.items.append(item)
         else:
             other = other_input(made_from, output_dir, out, path)

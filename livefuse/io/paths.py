@@ -16,6 +16,7 @@ from __future__ import annotations
 import glob
 import os
 import secrets
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -67,21 +68,25 @@ class ProtectedOutputError(LivefuseError):
     note, exit 0), so it is refused as ``cp`` or a shell's ``>`` refuse it."""
 
 
-def check_replaceable(output: PathLike, what: str = "output") -> None:
+def check_replaceable(output: PathLike, what: str = "output",
+                      hint: str = "or choose another name") -> None:
     """Refuse to replace an existing ``output`` this user may not write, or that nobody may
-    write (no write bit at all: refused even for root, which ``os.access`` lets through).
+    write (no write bit at all: refused even for root, which ``os.access`` lets through). A
+    symlink is replaced as a link, its target untouched: never refused.
 
     Raises:
-        ProtectedOutputError: naming the file.
+        ProtectedOutputError: naming the file; ``hint`` says what else to do.
     """
     path = Path(output)
     try:
-        mode = path.stat().st_mode
-    except OSError:  # nothing there (or a dangling symlink, replaced as a link)
+        st = path.lstat()
+    except OSError:  # nothing there
         return
-    if not os.access(path, os.W_OK) or not mode & 0o222:
+    if stat.S_ISLNK(st.st_mode):
+        return
+    if not os.access(path, os.W_OK) or not st.st_mode & 0o222:
         raise ProtectedOutputError(f"{what} '{output}' exists and is write-protected; it is not "
-                                   "replaced: make it writable, or choose another name")
+                                   f"replaced: make it writable, {hint}")
 
 
 def check_output(output: PathLike, inputs: Mapping[str, PathLike | None],

@@ -23,7 +23,7 @@ import cv2
 import numpy as np
 
 from livefuse.errors import VideoError
-from livefuse.io.paths import other_writer, part_path
+from livefuse.io.paths import ProtectedOutputError, check_replaceable, other_writer, part_path
 from livefuse.io.streams import copy_stream
 from livefuse.slot import LatestSlot, SlotClosed
 from livefuse.types import Frame
@@ -461,6 +461,12 @@ class RecorderSink(Sink):
             raise VideoError(self.path, f"folder '{folder}' is not writable",
                              role="recording")
         self.fps, self.crf, self.on_status, self.clock = fps, crf, on_status, clock
+        try:  # its rename would replace it all the same
+            check_replaceable(self.path, "recording")
+        except ProtectedOutputError as exc:
+            raise VideoError(self.path, "exists and is write-protected; it is not replaced: "
+                                        "make it writable, or choose another name",
+                             role="recording") from exc
         writer = other_writer(self.path)
         if writer is not None:  # two recordings into one file: one of them would be lost
             raise VideoError(self.path, f"another livefuse process (pid {writer}) is recording "

@@ -315,7 +315,8 @@ def _interrupted_batch_note(args: argparse.Namespace) -> str:
     would redo everything (a new user's trial read "the same command goes on after it")."""
     if getattr(args, "overwrite", False):  # without it, items not reached keep old outputs
         return ("; what finished is kept (nothing half-written); with --overwrite the same "
-                "command makes every item again")
+                "command makes every item again, without it the items not reached keep their "
+                "earlier outputs")
     return "; what finished is kept (nothing half-written) and the same command goes on after it"
 
 

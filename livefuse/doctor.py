@@ -355,8 +355,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         directory = default_models_dir()
         folder = Check("models folder", "fail", str(exc), (f"the report below reads {directory}",))
-    checks = collect(models_directory=directory)
-    print_report([folder, *checks], file=sys.stdout)
+    checks = [folder, *collect(models_directory=directory)]
+    print_report(checks, file=sys.stdout)
     return 1 if any(c.level == "fail" for c in checks) else 0
 
 

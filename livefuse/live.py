@@ -568,11 +568,12 @@ class LiveRunner:
     def _process(self, engine: EngineLike, staged: StagedFrame, t_cap: int) -> FramePacket:
         """One frame through the engine; with the swap off, the frame as it is, its faces
         (found by the engine when the guard needs them) all counted as unswapped."""
-        if self.swap != self._swapping:
-            self._swapping = self.swap
-            if not self.swap:
+        swap = self.swap  # read once: another thread sets it
+        if swap != self._swapping:
+            self._swapping = swap
+            if not swap:
                 self.guard.swap_off()
-        if self.swap:
+        if swap:
             return engine.process(staged, self._index, t_cap, in_place=True)
         if not self.guard.on:
             _release((staged, t_cap))

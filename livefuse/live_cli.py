@@ -28,7 +28,7 @@ from livefuse.config import (
     OutputConfig,
 )
 from livefuse.errors import EXIT_INCOMPLETE, ConfigError, LivefuseError
-from livefuse.imaging import load_image
+from livefuse.imaging import is_image_path, load_image
 from livefuse.metrics import Metrics, start_prometheus
 from livefuse.presets import Preset, PresetStore
 from livefuse.session import Session
@@ -198,6 +198,8 @@ def _refuse_unused_options(args: argparse.Namespace, preset: Preset | None) -> N
     typed: frozenset[str] = args.typed
     problems: list[str] = []
     if args.video is not None:
+        if args.loop and is_image_path(args.video):
+            problems.append("--loop: a still photo as --video repeats until stopped")
         if "open_attempts" in typed:
             problems.append(f"--open-attempts {args.open_attempts}: only for a camera")
         # a file keeps its own size and rate; the virtual camera's format is the one use left

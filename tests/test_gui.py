@@ -261,7 +261,8 @@ def test_start_with_video_gives_frames_and_metrics(qtbot: Any, window: MainWindo
     assert window.start_button.text() == "Start"
     assert window.preview.image is None and window.preview.idle_text == STOPPED
     qtbot.waitUntil(lambda: window.idle and not session.running, timeout=WAIT_MS)
-    qtbot.wait(100)
+    window.bridge.on_frame(np.zeros((8, 8, 3), np.uint8), 0)  # one in flight at the Stop
+    window._show_frame()
     assert window.preview.image is None
     _close(qtbot, window)
 

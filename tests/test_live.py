@@ -358,18 +358,40 @@ def test_live_cli_records_a_video_file(clip_path: Path, tmp_path: Path,
 
 
 def test_live_cli_duration_is_kept_to_the_moment(clip_path: Path, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A new user's trial: `--duration 0.5` ran a whole second (30 frames of a 30 fps file):
     the check woke with the metrics line, once a second."""
+    import time
+
     from livefuse.cli import main
+    from livefuse.session import Session
 
     skimage_png = tmp_path / "face.png"
     cv2.imwrite(str(skimage_png), np.ascontiguousarray(data.astronaut()[..., ::-1]))
+    when: dict[str, float] = {}
+    start, stop = Session.start, Session.stop
+
+    def started(self: Session, *args: Any, **kwargs: Any) -> Any:
+        out = start(self, *args, **kwargs)
+        when["start"] = time.monotonic()
+        return out
+
+    def stopped(self: Session, *args: Any, **kwargs: Any) -> Any:
+        when.setdefault("stop", time.monotonic())
+        return stop(self, *args, **kwargs)
+
+    monkeypatch.setattr(Session, "start", started)
+    monkeypatch.setattr(Session, "stop", stopped)
     assert main(["live", "--source", str(skimage_png), "--video", str(clip_path),
                  "--duration", "0.5"]) == 0
-    printed = capsys.readouterr().out
-    processed = int(printed.split("frames processed: ")[1].split()[0])
-    assert 0 < processed <= 24, printed
+    assert 0.45 <= when["stop"] - when["start"] < 0.8, when
+    assert int(capsys.readouterr().out.split("frames processed: ")[1].split()[0]) > 0
+    still = tmp_path / "still.jpg"
+    cv2.imwrite(str(still), np.ascontiguousarray(data.astronaut()[..., ::-1]))
+    assert main(["live", "--source", str(skimage_png), "--video", str(still), "--loop",
+                 "--duration", "0.5"]) == 2
+    assert "--loop: a still photo as --video repeats until stopped" in capsys.readouterr().err
 
 
 def test_live_cli_refuses_a_recording_it_cannot_write_and_never_loses_one_with_exit_0(

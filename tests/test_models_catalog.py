@@ -106,7 +106,7 @@ def test_a_models_dir_variable_naming_a_file_is_refused_and_doctor_reports_it(
     assert catalog.models_dir(tmp_path) == tmp_path  # the flag comes first
     assert main(["models", "list"]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
-    main(["doctor"])
+    assert main(["doctor"]) == 1
     report = capsys.readouterr().out
     assert report.startswith("[FAIL] models folder") and "is a file, not a folder" in report
     monkeypatch.setenv(catalog.MODELS_DIR_ENV, str(tmp_path))

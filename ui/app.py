@@ -134,6 +134,11 @@ def launch(config_path: Path | None = None, video: Path | None = None,
     if no_display():
         print(NO_DISPLAY, file=sys.stderr)
         return 2
+    from livefuse.models.catalog import models_dir
+
+    # a $LIVEFUSE_MODELS_DIR naming a file: refused here (ConfigError, one line, exit 2), as
+    # every command refuses it, not in the models dialog's slot as a traceback
+    models_dir()
     _prepare_qt_environment()
     from livefuse_ui.main_window import MainWindow
     from livefuse_ui.worker import wait_for_jobs

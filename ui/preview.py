@@ -19,7 +19,7 @@ from livefuse.metrics import MetricsSnapshot
 
 NOT_STARTED = "No preview yet: choose a source face and an input, then Start"
 # after a Stop the last frame is not left up: a still swapped face reads as a frozen stream
-STOPPED = "Stopped: Start (Space) goes on"
+STOPPED = "Stopped: press Start (Space) to start again"
 
 
 def frame_to_qimage(frame: np.ndarray) -> QImage:

@@ -181,12 +181,17 @@ def _first_frames(runner: LiveRunner, got: list[Frame], n: int) -> None:
     assert runner.stop(1.0) and len(got) >= n
 
 
+def _blurring_runner(got: list[Frame], metrics: Metrics) -> LiveRunner:
+    """A live runner with the blur guard, its frames appended to ``got``."""
+    return LiveRunner(_FaceStub(), TestPatternSource(160, 120, 100),  # type: ignore[arg-type]
+                      [CallbackSink(lambda f, t: got.append(f.copy()))],
+                      AppConfig(guard=GuardConfig(mode="blur")), metrics=metrics)
+
+
 def test_swap_off_with_the_guard_on_hides_the_faces_the_engine_finds() -> None:
     got: list[Frame] = []
     metrics = Metrics()
-    runner = LiveRunner(_FaceStub(), TestPatternSource(160, 120, 100),  # type: ignore[arg-type]
-                        [CallbackSink(lambda f, t: got.append(f.copy()))],
-                        AppConfig(guard=GuardConfig(mode="blur")), metrics=metrics)
+    runner = _blurring_runner(got, metrics)
     runner.swap = False
     _first_frames(runner, got, 3)
     face = got[-1][40:100, 60:120]
@@ -224,10 +229,7 @@ def test_a_face_swapped_then_unswapped_is_one_face_not_a_lost_one_too() -> None:
 
 def test_the_live_runner_tells_the_guard_when_the_swap_goes_off() -> None:
     got: list[Frame] = []
-    metrics = Metrics()
-    runner = LiveRunner(_FaceStub(), TestPatternSource(160, 120, 100),  # type: ignore[arg-type]
-                        [CallbackSink(lambda f, t: got.append(f.copy()))],
-                        AppConfig(guard=GuardConfig(mode="blur")), metrics=metrics)
+    runner = _blurring_runner(got, Metrics())
     told: list[bool] = []
     runner.guard.swap_off = lambda: told.append(True)  # type: ignore[method-assign]
     runner.swap = False

@@ -206,6 +206,26 @@ def test_the_targets_shadow_under_the_nose_stays(swapped_t1, check) -> None:  # 
     assert max(paler) <= 8.0, [round(v, 1) for v in paler]
 
 
+def test_a_dark_target_dims_the_sources_relief(analyser, astronaut_path: Path,  # type: ignore[no-untyped-def]
+                                              t1_path: Path, check) -> None:
+    """A picture review: on t1.jpg darkened to 0.3, the source's eyelids and eye whites glowed
+    (its relief added at full strength to a face three times darker) and its eyes showed red:
+    each face's brightest skin came out 11-15 L levels above the target's (99th percentiles).
+    The relief is dimmed by the ratio of the two faces' light (``_MIN_DIM``)."""
+    engine = Engine(EngineConfig(), analyser=analyser)
+    engine.set_source(load_image(astronaut_path))
+    dark = np.clip(load_image(t1_path).bgr.astype(np.float32) * 0.3, 0, 255).astype(np.uint8)
+    out = engine.process(dark, strict=True).output
+    light = [cv2.cvtColor(x, cv2.COLOR_BGR2LAB)[..., 0].astype(np.float32) for x in (dark, out)]
+    rises = []
+    for _, lm, _ in check.faces(dark):
+        hull = np.zeros(dark.shape[:2], np.uint8)
+        cv2.fillConvexPoly(hull, cv2.convexHull(lm), 1)
+        rises.append(float(np.percentile(light[1][hull > 0], 99)
+                           - np.percentile(light[0][hull > 0], 99)))
+    assert len(rises) >= 4 and max(rises) <= 6.0, [round(r, 1) for r in rises]
+
+
 def _lips_below_cheeks(image: np.ndarray, landmarks: np.ndarray) -> float:
     """How many L levels (8-bit LAB) a face's lip band (outer lips without the inner mouth) is
     darker than its cheeks (below the eyes, beside the nose), medians."""

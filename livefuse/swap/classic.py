@@ -68,6 +68,7 @@ _CURVE_SAMPLES = 4096  # skin pixels read for the curve
 _DEEPEN = 0.4  # how far a pixel the swap makes darker follows the curve (1 overshoots: 1.07 chroma;
 # 0.5 gave Monica 1.032 once the shadow under the nose stayed, _MOUTH_GROW)
 _PALE = 0.1  # ... and one it makes lighter (more leaves pale patches beside the target's lips)
+_MIN_DIM = 0.25  # the least share of the source's relief kept under a darker target's light
 _SKIN_DETAIL = 0.3  # share of the source's own colour detail kept on the skin (1 on features)
 # A target face whose skin chroma (95th percentile, 8-bit LAB units) is at most _GREY_CHROMA is a
 # black-and-white picture (JPEG leaves 1-2 units): the source's colour detail is left out; from
@@ -532,8 +533,12 @@ def relight(warped: Frame, roi: Frame, weights: FaceWeights, face_px: float) -> 
     soften_speculars(src, masked_lowpass(src, w.source_skin, sigma), w, face_px)
     src[..., 0] = match_relief(np.ascontiguousarray(src[..., 0]),
                                np.ascontiguousarray(tgt[..., 0]), w, face_px)
-    detail = (src - masked_lowpass(src, w.source_skin, sigma)) * w.fade[..., None]
+    src_low = masked_lowpass(src, w.source_skin, sigma)
     low = masked_lowpass(tgt, w.target_skin, sigma)
+    # the source's relief is light it reflects: under the target's dimmer light it is dimmer
+    # (a dark target showed the source's eyelids and eye whites glowing); never raised
+    dim = np.clip(low[..., 0] / np.maximum(src_low[..., 0], 1.0), _MIN_DIM, 1.0)
+    detail = (src - src_low) * (w.fade * dim)[..., None]
     out = np.empty_like(src)
     out[..., 0] = low[..., 0] + detail[..., 0]
     total = float(w.target_face.sum())

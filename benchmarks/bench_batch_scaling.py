@@ -77,7 +77,8 @@ def main() -> int:
           "| graph ms/frame vs batch 1 |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, model, make in models:
-        model = model.to(dev).half().eval().to(memory_format=torch.channels_last)
+        model = model.to(dev).half().eval()
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         first = None
         for b in batches:
             inputs = [x.to(dev).half() for x in make(b)]

@@ -430,6 +430,9 @@ class KeyIndex:
         cuts: pts of keyframes that open a closed GOP (where a chunk may start).
         keyframes: pts of every keyframe (where decoding may start).
         tb: the stream's time base; rate: its frame rate.
+        keyframe_dts: each keyframe's decode timestamp, by its pts (what a demuxer seeks by:
+            MPEG-TS's lands on the packet of that dts, so a seek to a keyframe's pts with
+            B-frames began one packet after the keyframe and lost its whole GOP).
     """
 
     pts: tuple[int, ...]
@@ -437,6 +440,7 @@ class KeyIndex:
     keyframes: tuple[int, ...]
     tb: Fraction
     rate: Fraction
+    keyframe_dts: dict[int, int] = field(default_factory=dict)
 
 
 def key_index(path: Path) -> KeyIndex | None:
@@ -451,6 +455,7 @@ def key_index(path: Path) -> KeyIndex | None:
         tb = Fraction(vs.time_base) if vs.time_base else None
         rate = Fraction(vs.average_rate or vs.guessed_rate or 30)
         decode_order: list[tuple[int, bool]] = []
+        keyframe_dts: dict[int, int] = {}
         try:
             for pkt in c.demux(vs):
                 if pkt.size == 0:
@@ -458,6 +463,8 @@ def key_index(path: Path) -> KeyIndex | None:
                 if pkt.pts is None:
                     return None
                 decode_order.append((int(pkt.pts), bool(pkt.is_keyframe)))
+                if pkt.is_keyframe:
+                    keyframe_dts[int(pkt.pts)] = int(pkt.pts if pkt.dts is None else pkt.dts)
         except av.error.FFmpegError:
             return None
     if tb is None or len(decode_order) < 2:
@@ -476,7 +483,7 @@ def key_index(path: Path) -> KeyIndex | None:
                 cuts.append(pts)
         shown_before = max(shown_before, pts)
     return KeyIndex(tuple(sorted(p for p, _ in decode_order)), tuple(cuts), tuple(keyframes),
-                    tb, rate)
+                    tb, rate, keyframe_dts)
 
 
 def chunk_spans(index: KeyIndex, chunk_s: float, warmup_s: float = WARMUP_S,
@@ -522,7 +529,10 @@ def chunk_spans(index: KeyIndex, chunk_s: float, warmup_s: float = WARMUP_S,
         i0 = position[start]
         w0 = max(0, (i0 - warm) // max(1, detect_every) * max(1, detect_every)) if k else 0
         warm_from = pts[w0]
-        seek = max((kf for kf in index.keyframes if kf <= warm_from), default=index.keyframes[0])
+        key = max((kf for kf in index.keyframes if kf <= warm_from), default=index.keyframes[0])
+        # from the file's start without a seek when that is where decoding begins (the first
+        # chunk): nothing a demuxer's seek could miss
+        seek = None if key == index.keyframes[0] else index.keyframe_dts.get(key, key)
         spans.append(Span(seek=seek, warm_from=warm_from, start=start, end=end, origin=origin,
                           first_index=w0))
     return spans

@@ -94,7 +94,8 @@ class Span:
     would in a run over the whole video. Decoding starts at the keyframe ``seek``.
 
     Attributes:
-        seek: pts of the keyframe decoding starts at (at or before ``warm_from``).
+        seek: decode timestamp (dts) of the keyframe decoding starts at (at or before
+            ``warm_from``), what demuxers seek by; ``None``: from the file's start, no seek.
         warm_from: pts of the first frame processed.
         start: pts of the chunk's first written frame (a keyframe that opens a closed GOP).
         end: pts of the next chunk's first frame; ``None`` for the last chunk.
@@ -102,7 +103,7 @@ class Span:
         first_index: index of the frame at ``warm_from`` in the whole video.
     """
 
-    seek: int
+    seek: int | None
     warm_from: int
     start: int
     end: int | None
@@ -363,7 +364,8 @@ class _Decoder:
     def _packets(self) -> Iterator[Any]:
         inp = self.opened.container
         if self.span is not None:
-            inp.seek(self.span.seek, stream=self.vin, backward=True, any_frame=False)
+            if self.span.seek is not None:
+                inp.seek(self.span.seek, stream=self.vin, backward=True, any_frame=False)
             return iter(inp.demux(self.vin))
         return iter(inp.demux(self.vin, *inp.streams.audio))
 

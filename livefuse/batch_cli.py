@@ -214,8 +214,12 @@ def run_batch_cli(args: argparse.Namespace) -> int:
         # taken and ignored otherwise (an option audit); a pattern's ** reaches any depth
         raise LivefuseError("--recursive walks the subfolders of folder inputs, and no input "
                             "is a folder (a pattern's ** reaches every depth by itself)")
+    spec = EngineSpec(config, args.source.resolve(), args.source_face_index,
+                      None if args.reference is None else args.reference.resolve())
+    job = job_key(spec, video, args.chunk_seconds)
     plan = plan_items(args.inputs, args.output_dir, args.recursive, args.overwrite,
-                      other_inputs={"source": args.source, "reference": args.reference})
+                      other_inputs={"source": args.source, "reference": args.reference},
+                      job=job)
     for photo, role in ((args.source, "source"), (args.reference, "reference")):
         if photo is not None and any(same_file(i.input, photo) for i in plan.items):
             say(f"note: the {role} photo '{photo}' is among the inputs: it is swapped too")
@@ -223,8 +227,6 @@ def run_batch_cli(args: argparse.Namespace) -> int:
     opts = BatchOptions(tuple(args.inputs), args.output_dir, args.recursive, args.overwrite,
                         args.workers, args.gpus_per_worker, args.cpus_per_worker, args.address,
                         args.chunk_seconds, video, args.executor)
-    spec = EngineSpec(config, args.source.resolve(), args.source_face_index,
-                      None if args.reference is None else args.reference.resolve())
 
     said: set[str] = set()
 
@@ -235,7 +237,7 @@ def run_batch_cli(args: argparse.Namespace) -> int:
     neural = config.engine == "neural"
     summary = run_batch(opts, spec, neural=neural, device=config.device if neural else None,
                         detect_every=config.detect_every, quiet=args.quiet, on_line=status,
-                        plan=plan, job=job_key(spec, video, args.chunk_seconds))
+                        plan=plan, job=job)
     print(summary_text(summary.lines(), said))
     if summary.failed:
         return EXIT_FAILED

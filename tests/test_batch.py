@@ -19,9 +19,11 @@ from livefuse.batch.dispatch import Dispatcher, GpuKey, WorkerLost
 from livefuse.batch.made_from import RECORD
 from livefuse.batch.plan import CHUNK_DIR, Item, Unit, expand, most_units, plan_items
 from livefuse.batch.runner import BatchOptions, run_batch
-from livefuse.batch.worker import UnitResult, WorkerStats
+from livefuse.batch.worker import EngineSpec, UnitResult, WorkerStats
+from livefuse.config import EngineConfig
 from livefuse.errors import LivefuseError
 from livefuse.extras import install_hint
+from livefuse.io.video import VideoOptions
 from livefuse.testing.stub_engine import marking_engine, slow_marking_engine
 
 GiB = 2**30
@@ -366,6 +368,41 @@ def test_an_input_changed_since_its_output_was_made_is_processed_again(tmp_path:
         "\n".join(again.lines())
     assert [r.status for r in run_batch(opts, marking_engine, quiet=True).results] == \
         ["skipped"]
+
+
+def test_an_output_made_with_another_face_photo_is_made_again(tmp_path: Path,
+                                                              t1_path: Path) -> None:
+    """A new user's trial: a batch rerun into the same folder with another face photo skipped
+    the finished outputs as done (the old face, exit 0). An output recorded under another face
+    photo or other settings is made again and said; the same job again skips it, and another
+    chunk length (not the pixels) does not make it again."""
+    from livefuse.batch.worker import JOB_PARTS, job_key
+
+    src = tmp_path / "in" / "pic.jpg"
+    src.parent.mkdir()
+    shutil.copy(t1_path, src)
+    out = tmp_path / "out"
+    opts = BatchOptions((str(src.parent),), out, executor="local")
+    spec = EngineSpec(EngineConfig(), t1_path)
+    other_photo = tmp_path / "other.jpg"
+    shutil.copy(t1_path, other_photo)
+    first = job_key(spec, VideoOptions())
+    again = job_key(EngineSpec(EngineConfig(), other_photo), VideoOptions())
+    assert [r.status for r in run_batch(opts, marking_engine, quiet=True,
+                                        job=first).results] == ["done"]
+    assert [r.status for r in run_batch(opts, marking_engine, quiet=True,
+                                        job=first).results] == ["skipped"]
+    remade = run_batch(opts, marking_engine, quiet=True, job=again)
+    assert [r.status for r in remade.results] == ["done"]
+    assert f"1 output made with other settings ({JOB_PARTS['photos']} changed since), made " \
+        f"again: '{out / 'pic.jpg'}'" in "\n".join(remade.lines())
+    assert [r.status for r in run_batch(opts, marking_engine, quiet=True,
+                                        job=again).results] == ["skipped"]
+    # a photo has no video options, and no chunks
+    for video, chunks in ((VideoOptions(crf=30), None), (VideoOptions(), 5.0)):
+        same = job_key(EngineSpec(EngineConfig(), other_photo), video, chunks)
+        assert [r.status for r in run_batch(opts, marking_engine, quiet=True,
+                                            job=same).results] == ["skipped"]
 
 
 def test_files_that_are_not_media_are_said_left_out_and_obs_recordings_are_media(

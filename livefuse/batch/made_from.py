@@ -12,7 +12,8 @@ skip. An output recorded from its input as it was before it changed is made agai
 
 An input is the same when its resolved path is, or when its name, size and modification time
 are (the season's folder moved or renamed since). An output with no record (made by an older
-version, or copied in) is taken as done, as before.
+version, or copied in) is taken as done, as before. An output recorded from its input under
+another face photo or other settings (:func:`made_otherwise`) is made again.
 """
 
 from __future__ import annotations
@@ -35,14 +36,17 @@ def _entry(output_dir: Path, output: Path, source: Path) -> dict[str, Any] | Non
             "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def record(output_dir: Path, output: Path, source: Path) -> None:
-    """Append that ``output`` (under ``output_dir``) was made from ``source``; called by the
-    batch's collecting thread once the output is in place. Nothing is recorded when the input is
-    gone or the output lies outside ``output_dir``; a record that cannot be written costs the
-    check, not the output."""
+def record(output_dir: Path, output: Path, source: Path, job: str | None = None) -> None:
+    """Append that ``output`` (under ``output_dir``) was made from ``source``, under the batch's
+    ``job`` key (:func:`livefuse.batch.worker.job_key`: the face photo and settings); called by
+    the batch's collecting thread once the output is in place. Nothing is recorded when the
+    input is gone or the output lies outside ``output_dir``; a record that cannot be written
+    costs the check, not the output."""
     entry = _entry(output_dir, output, source)
     if entry is None:
         return
+    if job is not None:
+        entry["job"] = job
     line = json.dumps(entry, ensure_ascii=False) + "\n"
     try:
         with open(output_dir / RECORD, "a", encoding="utf-8") as fh:
@@ -107,4 +111,33 @@ def changed_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output
     return (entry.get("size"), entry.get("mtime_ns")) != (st.st_size, st.st_mtime_ns)
 
 
-__all__ = ["RECORD", "changed_input", "other_input", "record", "recorded"]
+PIXEL_PARTS = ("engine", "photos", "video")
+"""The parts of a job key that change an output's pixels: another livefuse version or chunk
+length does not make a season's finished outputs again."""
+
+
+def made_otherwise(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path,
+                   source: Path, job: str | None, video: bool = True) -> list[str]:
+    """What of the face photo and settings (:data:`PIXEL_PARTS`, in words; the video options
+    only for a ``video``) differs between the job ``output`` was recorded under, from this same
+    ``source``, and ``job``; empty when none does, or when either is not known (no record, an
+    older one, another input). A rerun with
+    another face photo into the same folder skipped the finished outputs as done: they kept the
+    old face, exit 0, while the interrupted video's chunks were made again with the new one (a
+    new user's trial)."""
+    from livefuse.batch.worker import JOB_PARTS, job_changes
+
+    try:
+        rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
+    except ValueError:
+        return []
+    entry = record_of.get(rel)
+    if job is None or entry is None or entry.get("input") != str(source.resolve()) or \
+            not isinstance(entry.get("job"), str):
+        return []
+    names = {JOB_PARTS[k] for k in PIXEL_PARTS if video or k != "video"}
+    return [c for c in job_changes(entry["job"], job) if c in names]
+
+
+__all__ = ["PIXEL_PARTS", "RECORD", "changed_input", "made_otherwise", "other_input", "record",
+           "recorded"]

@@ -28,7 +28,7 @@ from typing import Literal, NamedTuple
 
 import av
 
-from livefuse.batch.made_from import changed_input, other_input, recorded
+from livefuse.batch.made_from import changed_input, made_otherwise, other_input, recorded
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import atomic_write_bytes, is_image_path
 from livefuse.io.codecs import open_video
@@ -134,6 +134,10 @@ class Plan:
     changed: list[Item] = field(default_factory=list)
     """Items whose output exists but was made from the input as it was before it changed
     (:func:`~livefuse.batch.made_from.changed_input`): processed again, and said."""
+    remade: dict[Item, list[str]] = field(default_factory=dict)
+    """Items whose output exists but was made with another face photo or other settings, with
+    what differs (:func:`~livefuse.batch.made_from.made_otherwise`): processed again, and
+    said."""
     earlier_incomplete: dict[Item, str] = field(default_factory=dict)
     """Skipped items whose output an earlier run wrote from an input that ended early, with
     why (:func:`incomplete_marker`): a rerun says so again instead of passing them as done."""
@@ -320,11 +324,14 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
 
 def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
                overwrite: bool = False,
-               other_inputs: dict[str, Path | None] | None = None) -> Plan:
+               other_inputs: dict[str, Path | None] | None = None,
+               job: str | None = None) -> Plan:
     """Expand ``inputs`` and name each output under ``output_dir``.
 
     Args:
         other_inputs: further input files (``source``, ``reference``) no output may be.
+        job: this batch's :func:`~livefuse.batch.worker.job_key`: an output recorded under
+            another face photo or other settings is made again (``None``: not checked).
 
     An item whose output exists is skipped unless ``overwrite``. Videos are probed here (frame
     count and duration for the progress display); an unreadable one is still an item, so its
@@ -375,8 +382,9 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
         item = Item(path, out, kind, frames, seconds)
         earlier = _earlier_incomplete(item)
         changed = changed_input(made_from, output_dir, out, path)
+        otherwise = made_otherwise(made_from, output_dir, out, path, job, kind == "video")
         if overwrite or not _finished_output(out) or (earlier is not None and earlier[1]) \
-                or changed:
+                or changed or otherwise:
             # a cut input replaced since (the whole download, the finished recording): its
             # kept output is made again
             try:
@@ -386,6 +394,8 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
                 continue
             if changed and not overwrite and _finished_output(out):
                 plan.changed.append(item)
+            elif otherwise and not overwrite and _finished_output(out):
+                plan.remade[item] = otherwise
             plan.items.append(item)
         else:
             other = other_input(made_from, output_dir, out, path)

@@ -447,7 +447,7 @@ class _Collector:
             else:
                 incomplete_marker(item.output).unlink(missing_ok=True)
             if self.output_dir is not None:
-                made_from.record(self.output_dir, item.output, item.input)
+                made_from.record(self.output_dir, item.output, item.input, self.job)
         self.results.append(ItemResult(item, "done" if ok else "failed", message, frames,
                                        incomplete, worker))
         self.progress.item(ok)
@@ -501,7 +501,8 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
                on_line: Callable[[str], None], vram: VramReader | None, plan: Plan | None,
                job: str | None) -> BatchSummary:
     t0 = time.perf_counter()
-    plan = plan or plan_items(opts.inputs, opts.output_dir, opts.recursive, opts.overwrite)
+    plan = plan or plan_items(opts.inputs, opts.output_dir, opts.recursive, opts.overwrite,
+                              job=job)
     summary = BatchSummary(problems=list(plan.problems))
     for raw, msg in plan.problems:  # now, not hours later in the summary only
         on_line(f"failed: {raw}: {msg}")
@@ -531,6 +532,14 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
         since = "inputs changed since their outputs were" if n_changed > 1 else \
             "input changed since its output was"
         summary.notes.append(f"{n_changed} {since} made, processed again: {names}")
+    if plan.remade:
+        n_remade = len(plan.remade)
+        what = sorted({part for parts in plan.remade.values() for part in parts})
+        names = ", ".join(f"'{i.output}'" for i in list(plan.remade)[:3]) + \
+            (f" and {n_remade - 3} more" if n_remade > 3 else "")
+        summary.notes.append(
+            f"{n_remade} output{'s' if n_remade > 1 else ''} made with other settings "
+            f"({' and '.join(what)} changed since), made again: {names}")
     if plan.not_media:
         others = len(plan.not_media)
         shown = ", ".join(f"'{f.name}'" for f in plan.not_media[:3]) + \

@@ -370,6 +370,28 @@ def test_an_input_changed_since_its_output_was_made_is_processed_again(tmp_path:
         ["skipped"]
 
 
+def test_an_earlier_batchs_output_folder_inside_the_inputs_is_left_out_and_said(
+        tmp_path: Path, t1_path: Path) -> None:
+    """A new user's trial: a batch into ``in/out``, then ``in`` --recursive into ``in/out2``
+    swapped ``in/out``'s outputs a second time, exit 0. A walk leaves an earlier batch's output
+    folder out (it holds the record of its outputs) and says so; named itself, it is taken."""
+    src = tmp_path / "in"
+    (src / "week1").mkdir(parents=True)
+    shutil.copy(t1_path, src / "week1" / "pic.jpg")
+    first = run_batch(BatchOptions((str(src),), src / "out", recursive=True, executor="local"),
+                      marking_engine, quiet=True)
+    assert [r.status for r in first.results] == ["done"]
+    assert (src / "out" / RECORD).is_file()
+    second = run_batch(BatchOptions((str(src),), src / "out2", recursive=True,
+                                    executor="local"), marking_engine, quiet=True)
+    assert [r.item.input for r in second.results] == [src / "week1" / "pic.jpg"]
+    assert f"'{(src / 'out').resolve()}' left out (1 image or video): an earlier batch's " \
+        "output folder" in "\n".join(second.lines())
+    named = run_batch(BatchOptions((str(src / "out"),), tmp_path / "again", recursive=True,
+                                   executor="local"), marking_engine, quiet=True)
+    assert [r.status for r in named.results] == ["done"]
+
+
 def test_an_output_made_with_another_face_photo_is_made_again(tmp_path: Path,
                                                               t1_path: Path) -> None:
     """A new user's trial: a batch rerun into the same folder with another face photo skipped

@@ -28,7 +28,13 @@ from typing import Literal, NamedTuple
 
 import av
 
-from livefuse.batch.made_from import changed_input, made_otherwise, other_input, recorded
+from livefuse.batch.made_from import (
+    RECORD,
+    changed_input,
+    made_otherwise,
+    other_input,
+    recorded,
+)
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import atomic_write_bytes, is_image_path
 from livefuse.io.codecs import open_video
@@ -131,6 +137,9 @@ class Plan:
     it was one, an audio-only recording, notes): said, so that none is left out unsaid."""
     hidden: list[Path] = field(default_factory=list)
     """Images and videos a folder walk left out for a hidden name (:class:`Expanded`)."""
+    earlier_outputs: list[tuple[Path, int]] = field(default_factory=list)
+    """Earlier batches' output folders a walk left out, with their images and videos
+    (:class:`Expanded`)."""
     changed: list[Item] = field(default_factory=list)
     """Items whose output exists but was made from the input as it was before it changed
     (:func:`~livefuse.batch.made_from.changed_input`): processed again, and said."""
@@ -236,6 +245,9 @@ class Expanded(NamedTuple):
             walked without ``recursive``.
         hidden: images and videos a folder walk left out for a name (of theirs or of a folder
             above them) starting with a dot, livefuse's own part files not counted.
+        earlier: ``(folder, files)``: output folders of earlier batches (they hold
+            :data:`~livefuse.batch.made_from.RECORD`) that a folder walk or a pattern met below
+            its start, and the images and videos left out there.
     """
 
     found: list[tuple[Path, Path]]
@@ -244,6 +256,7 @@ class Expanded(NamedTuple):
     not_media: list[Path]
     below: list[tuple[str, int]]
     hidden: list[Path]
+    earlier: list[tuple[Path, int]]
 
 
 def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None = None
@@ -256,23 +269,47 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
     files are named by their path below it; a file is taken as it is (by its name),
     and one that is neither an image nor a video is a problem. A folder or pattern that walks
     into the output folder ``outputs`` (which lies inside it) leaves the files there out: they
-    are this batch's outputs, not inputs. A file named itself is always taken.
+    are this batch's outputs, not inputs; so does one that meets an earlier batch's output
+    folder below its start (a batch into ``season/out`` run again into ``season/out2`` swapped
+    ``season/out`` a second time, exit 0: a new user's trial). A file or folder named itself is
+    always taken.
     """
     found: list[tuple[Path, Path]] = []
     problems: list[tuple[str, str]] = []
     other: list[Path] = []
     below: list[tuple[str, int]] = []
     hidden: list[Path] = []
+    earlier_dirs: dict[Path, int] = {}
     left_out = 0
     out_root = outputs.resolve() if outputs is not None else None
+    is_output: dict[Path, bool] = {}
+
+    def earlier_output(folder: Path, root: Path) -> Path | None:
+        """The outermost folder from ``folder`` up to ``root`` (not included; both resolved)
+        that holds a batch's record of its outputs."""
+        for d in reversed((folder, *folder.parents)):
+            if root not in d.parents:
+                continue
+            if d not in is_output:
+                is_output[d] = (d / RECORD).is_file()
+            if is_output[d]:
+                return d
+        return None
 
     def walked(raw: str, files: list[Path]) -> list[Path]:
         nonlocal left_out
         root = _walk_root(raw)
-        if out_root is None or root == out_root or root not in out_root.parents:
-            return files
-        kept = [f for f in files if out_root not in f.resolve().parents]
-        left_out += len(files) - len(kept)
+        if out_root is not None and root != out_root and root in out_root.parents:
+            kept = [f for f in files if out_root not in f.resolve().parents]
+            left_out += len(files) - len(kept)
+            files = kept
+        kept = []
+        for f in files:
+            folder = earlier_output(f.parent.resolve(), root)
+            if folder is None:
+                kept.append(f)
+            elif _media(f):
+                earlier_dirs[folder] = earlier_dirs.get(folder, 0) + 1
         return kept
 
     for raw in inputs:
@@ -319,7 +356,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             found += [(f, _below(f, _fixed_part(p))) for f in files]
         else:
             problems.append((raw, "file not found"))
-    return Expanded(found, problems, left_out, other, below, hidden)
+    return Expanded(found, problems, left_out, other, below, hidden, sorted(earlier_dirs.items()))
 
 
 def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
@@ -356,9 +393,10 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
                             "or no permission)")
     # an output folder inside an input folder: its files are this batch's outputs, not inputs
     # (an output folder that IS an input folder is refused below, output by output)
-    found, problems, left_out, not_media, below, hidden = expand(inputs, recursive, output_dir)
+    found, problems, left_out, not_media, below, hidden, outputs_before = expand(
+        inputs, recursive, output_dir)
     plan = Plan(problems=problems, left_out=left_out, not_media=not_media, below=below,
-                hidden=hidden)
+                hidden=hidden, earlier_outputs=outputs_before)
     seen: dict[Path, Path] = {}
     inputs_resolved = {f.resolve() for f, _ in found}
     made_from = recorded(output_dir)

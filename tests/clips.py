@@ -30,13 +30,15 @@ def write_clip(path: Path, pts: Sequence[int], time_base: Fraction, rate: Fracti
                open_gop: bool = False, pictures: Sequence[np.ndarray] | None = None,
                options: dict[str, str] | None = None, rotation: float | None = None,
                tags: Sequence[dict[str, str]] = (),
-               matrix: Sequence[int] | None = None) -> Path:
+               matrix: Sequence[int] | None = None,
+               container_tags: dict[str, str] | None = None) -> Path:
     """H.264 with B-frames at the given ``pts`` (in ``time_base``), a keyframe at least every
     ``gop`` frames, and ``audio_tracks`` AAC tones covering the video; the frames are
     ``pictures`` (``size`` px) or :func:`frame_picture`'s; ``options`` go to the muxer;
     ``rotation``: a display matrix turning the picture (degrees counter-clockwise, as a phone's
     portrait clip has) or ``matrix``: a whole display matrix (nine ints, FFmpeg's layout, a
-    mirror too); ``tags``: each stream's tags in order (video first)."""
+    mirror too); ``tags``: each stream's tags in order (video first); ``container_tags``: the
+    file's own (title, comment, creation_time...)."""
     if pictures is not None:
         size = (pictures[0].shape[1], pictures[0].shape[0])
     with av.open(str(path), "w", options=options or {}) as out:
@@ -53,6 +55,7 @@ def write_clip(path: Path, pts: Sequence[int], time_base: Fraction, rate: Fracti
             vs.set_display_matrix(list(matrix))
         for stream, stream_tags in zip([vs, *tracks], tags, strict=False):
             stream.metadata.update(stream_tags)
+        out.metadata.update(container_tags or {})
         for i, p in enumerate(pts):
             img = pictures[i] if pictures is not None else frame_picture(i, size)
             vf = av.VideoFrame.from_ndarray(img, format="bgr24")

@@ -25,30 +25,36 @@ def _same(frame: np.ndarray, index: int) -> np.ndarray:
     return frame
 
 
-def _seen(path: Path) -> tuple[int, list[dict[str, str]]]:
-    """The first frame's rotation and each stream's language and title (MP4 stores a title as
-    its ``name``)."""
+FILE_TAGS = {"title": "Raid night", "comment": "week 3",
+             "creation_time": "2026-11-30T20:00:00.000000Z"}
+
+
+def _seen(path: Path) -> tuple[int, list[dict[str, str]], dict[str, str]]:
+    """The first frame's rotation, each stream's language and title (MP4 stores a title as
+    its ``name``), and the file's own :data:`FILE_TAGS`."""
     with av.open(str(path)) as c:
         tags = [{"language": s.metadata.get("language", ""),
                  "title": s.metadata.get("title", s.metadata.get("name", ""))}
                 for s in c.streams]
         rotation = next(iter(c.decode(video=0))).rotation
-    return rotation, tags
+        own = {k: c.metadata.get(k, c.metadata.get(k.upper(), "")) for k in FILE_TAGS}
+    return rotation, tags, own
 
 
 @pytest.fixture
 def phone_clip(tmp_path: Path) -> Path:
-    return ntsc_clip(tmp_path / "in.mkv", frames=60, audio_tracks=2, rotation=-90, tags=TAGS)
+    return ntsc_clip(tmp_path / "in.mkv", frames=60, audio_tracks=2, rotation=-90, tags=TAGS,
+                     container_tags=FILE_TAGS)
 
 
 @pytest.mark.parametrize("suffix", [".mkv", ".mp4", ".mov"])
 @pytest.mark.parametrize("pipelined", [False, True], ids=["serial", "pipelined"])
 def test_run_keeps_the_rotation_and_the_track_tags(tmp_path: Path, phone_clip: Path,
                                                    suffix: str, pipelined: bool) -> None:
-    assert _seen(phone_clip) == (-90, TAGS)
+    assert _seen(phone_clip) == (-90, TAGS, FILE_TAGS)
     out = tmp_path / f"out{suffix}"
     transcode(phone_clip, out, _same, options=VideoOptions(pipelined=pipelined))
-    assert _seen(out) == (-90, TAGS)
+    assert _seen(out) == (-90, TAGS, FILE_TAGS)  # a gallery sorts by the recording's date
     assert audio_packets(out) == audio_packets(phone_clip)
 
 
@@ -62,7 +68,7 @@ def test_a_chunked_job_and_its_join_keep_them(tmp_path: Path, phone_clip: Path) 
     assert len(parts) >= 2
     out = tmp_path / "out.mkv"
     join_chunks(phone_clip, parts, out)
-    assert _seen(out) == (-90, TAGS)
+    assert _seen(out) == (-90, TAGS, FILE_TAGS)
     assert frame_times(out) == frame_times(phone_clip)
 
 
@@ -210,3 +216,27 @@ def test_live_says_a_cut_matroska_file_ended_early(tmp_path: Path) -> None:
                 live.read()
     finally:
         live.close()
+
+
+def test_a_subtitle_track_left_out_is_said(tmp_path: Path) -> None:
+    """A new user's trial: an SRT track of an .mkv was left out of the output without a word.
+    livefuse writes the video and copies the audio; what else the input holds is named."""
+    srt = tmp_path / "subs.srt"
+    srt.write_text("1\n00:00:00,100 --> 00:00:01,000\nHello\n\n2\n00:00:01,200 --> "
+                   "00:00:01,800\nchat\n", encoding="utf-8")
+    plain = ntsc_clip(tmp_path / "plain.mp4", frames=60)
+    src = tmp_path / "subbed.mkv"
+    with av.open(str(plain)) as a, av.open(str(srt)) as b, av.open(str(src), "w") as out:
+        streams = {(0, s.index): out.add_stream_from_template(s) for s in a.streams}
+        streams[(1, 0)] = out.add_stream_from_template(b.streams[0])
+        packets = [(k, p) for k, c in enumerate((a, b)) for p in c.demux() if p.dts is not None]
+        packets.sort(key=lambda kp: kp[1].dts * kp[1].time_base)
+        for k, p in packets:
+            p.stream = streams[(k, p.stream.index)]
+            out.mux(p)
+    result = transcode(src, tmp_path / "out.mkv", _same)
+    assert result.frames == 60
+    assert "input has 1 subtitle stream (srt); the output leaves it out (livefuse writes " \
+           "the video and copies the audio tracks)" in result.notes
+    assert not any("subtitle" in n for n in transcode(plain, tmp_path / "plain.mkv",
+                                                      _same).notes)

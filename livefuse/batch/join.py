@@ -25,7 +25,7 @@ import av
 from livefuse.errors import VideoError
 from livefuse.io.codecs import open_video, plain_av_error
 from livefuse.io.paths import part_path
-from livefuse.io.streams import copy_stream
+from livefuse.io.streams import copy_container_tags, copy_stream
 from livefuse.io.video import muxer_options
 
 
@@ -116,6 +116,7 @@ def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> Joined:
             if rate:
                 vout.codec_context.framerate = Fraction(rate)
             audio = {a.index: copy_stream(out, a) for a in inp.streams.audio}
+            copy_container_tags(inp, out)
 
             def video() -> Iterator[tuple[Fraction, int, int, Any]]:
                 packets = (pkt for _, pkt in _chunk_packets(chunks))

@@ -17,11 +17,15 @@ import av
 import numpy as np
 import numpy.typing as npt
 
-KEPT_TAGS = ("language", "title", "handler_name")
-"""Stream tags an output takes from its input: the track's language (ISO 639-2), its name, and
-MP4/MOV's handler name, which players also show as the name. Tags the muxer writes itself
-(``DURATION``, ``encoder``) are not copied. FFmpeg reads an MP4/MOV track's name back as
-``name``: it is copied as the ``title`` it was written from."""
+KEPT_TAGS = ("language", "title", "handler_name", "creation_time")
+"""Stream tags an output takes from its input: the track's language (ISO 639-2), its name,
+MP4/MOV's handler name, which players also show as the name, and when it was recorded. Tags the
+muxer writes itself (``DURATION``, ``encoder``) are not copied. FFmpeg reads an MP4/MOV track's
+name back as ``name``: it is copied as the ``title`` it was written from."""
+
+MUXER_TAGS = frozenset({"encoder", "major_brand", "minor_version", "compatible_brands",
+                        "duration"})
+"""Container tags (lower case) the output's muxer writes itself, so not copied from the input."""
 
 _IDENTITY = (65536, 0, 0, 0, 65536, 0, 0, 0, 1 << 30)
 
@@ -33,6 +37,35 @@ def copy_tags(src: Any, dst: Any) -> None:
         value = src.metadata.get(key) or (src.metadata.get("name") if key == "title" else None)
         if value:
             dst.metadata[key] = value
+
+
+def copy_container_tags(src: Any, dst: Any) -> None:
+    """Copy the input container ``src``'s tags (title, comment, ``creation_time``, a phone's
+    make, model and place...) to the output container ``dst``, but :data:`MUXER_TAGS`; before
+    its header is written. A new user's trial lost a clip's title and recording date, by which
+    phone galleries sort. Each muxer keeps those its format can hold (MP4 a known set, Matroska
+    any)."""
+    for key, value in src.metadata.items():
+        if key.lower() not in MUXER_TAGS and value:
+            dst.metadata[key] = value
+
+
+def dropped_streams_note(container: Any) -> str | None:
+    """What an output leaves out of the input ``container``: its subtitle, data and attachment
+    streams (livefuse writes the video and copies the audio), as one note; ``None`` when
+    there are none. A new user's trial lost an SRT track without a word."""
+    kinds: dict[str, list[str]] = {}
+    for stream in container.streams:
+        if stream.type in ("subtitle", "data", "attachment"):
+            codec = getattr(stream.codec_context, "name", None) if stream.codec_context else None
+            kinds.setdefault(stream.type, []).append(codec or "unknown")
+    if not kinds:
+        return None
+    parts = [f"{len(c)} {kind} stream{'s' if len(c) > 1 else ''} ({', '.join(sorted(set(c)))})"
+             for kind, c in kinds.items()]
+    them = "them" if sum(len(c) for c in kinds.values()) > 1 else "it"
+    return (f"input has {' and '.join(parts)}; the output leaves {them} out (livefuse writes "
+            "the video and copies the audio tracks)")
 
 
 def copy_stream(out: Any, template: Any) -> Any:

@@ -42,7 +42,13 @@ from livefuse.io.folders import missing_folders, remove_empty
 from livefuse.io.niced import open_niced
 from livefuse.io.paths import part_path
 from livefuse.io.pipeline import ChainStats, Passthrough, Stage, run_chain
-from livefuse.io.streams import copy_stream, copy_tags, display_matrix
+from livefuse.io.streams import (
+    copy_container_tags,
+    copy_stream,
+    copy_tags,
+    display_matrix,
+    dropped_streams_note,
+)
 from livefuse.types import Frame
 
 # OBS records FLV or MPEG-TS where MKV is not chosen; camcorders write AVCHD's .m2ts/.mts
@@ -736,6 +742,10 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
             if span is None:  # after the video: players and editors expect it as stream 0
                 for a in inp.streams.audio:
                     audio_map[a.index] = copy_stream(out, a)
+                copy_container_tags(inp, out)
+            dropped = dropped_streams_note(inp)
+            if dropped is not None:
+                result.notes.append(dropped)
             depth = _bit_depth(dec.vin.codec_context.format)
             if depth > 8:
                 result.notes.append(f"input is {depth}-bit video; the output is 8-bit (the "

@@ -31,7 +31,7 @@ from livefuse.cache import PoseCache, pose_key
 from livefuse.config import MODEL_RELOAD_FIELDS, CacheConfig, EngineConfig
 from livefuse.errors import FaceIndexError, NoFaceError
 from livefuse.faces.analyser import Analyser, DetectsAhead, Landmarker, landmarks_of
-from livefuse.faces.rotation import detect_rotated
+from livefuse.faces.rotation import SweepPacer, detect_rotated
 from livefuse.faces.selection import (
     SCORE_RATIO,
     choose_source_face,
@@ -231,6 +231,7 @@ class Engine:
         """What the user should be told about the last reference photo (which of its faces)."""
         self.tracker = FaceTracker(config.detect_every)
         self.smoother = FaceSmoother()
+        self._sweeps = SweepPacer()  # a video's faceless frames sweep the turns now and then
         # the analyser's own capability (SCRFD on the GPU path): see process(ahead=...)
         self._ahead: DetectsAhead | None = \
             self.analyser if isinstance(self.analyser, DetectsAhead) else None
@@ -394,6 +395,7 @@ class Engine:
         self.tracker.reset()
         self.smoother.reset()
         self.analyser.reset()
+        self._sweeps.reset()
 
     # -- the frame path -------------------------------------------------------------------------
     def lend(self, shape: tuple[int, ...]) -> Frame | None:
@@ -482,8 +484,8 @@ class Engine:
         enhanced_ok = self.enhancer is None or self.enhancer.verify()
         return ok and enhanced_ok
 
-    def _detect(self, frame: StagedFrame, still: bool, dropped: list[SkippedFace]
-                ) -> list[Face]:
+    def _detect(self, frame: StagedFrame, still: bool, dropped: list[SkippedFace],
+                index: int = 0) -> list[Face]:
         """A full detection pass on a target frame (still image or video), at every turn the
         rotation setting asks for, then the detection policy (:func:`drop_weak`) that sources
         and references get too; what either drops is appended to ``dropped``, with why."""
@@ -491,7 +493,8 @@ class Engine:
         upsample = _STILL_UPSAMPLE if still else None
         faces, weak = drop_weak(detect_rotated(lambda f: self.analyser.detect(f, upsample), frame,
                                                self.config.rotation, still=still,
-                                               dropped=dropped))
+                                               dropped=dropped, pacer=self._sweeps,
+                                               index=index))
         dropped += [SkippedFace(f.bbox, f"scored {f.score:.2f}, under {SCORE_RATIO:g}x the best "
                                 "face of the frame", f.angle, f.score) for f in weak]
         if self.config.face_selector == "reference" and self._reference is not None:
@@ -506,7 +509,8 @@ class Engine:
         carried = self.tracker.carry(frame, self.analyser)
         detected = carried is None
         faces = carried if carried is not None else \
-            self.tracker.coast(frame, self.analyser, self._detect(frame, strict, packet.dropped))
+            self.tracker.coast(frame, self.analyser, self._detect(frame, strict, packet.dropped,
+                                                                  packet.index))
         kept = None
         if detected and cfg.face_selector == "one" and cfg.target_face_index is None:
             kept = self.tracker.continuing(faces)

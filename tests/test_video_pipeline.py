@@ -362,6 +362,19 @@ def test_auto_encoder_is_the_one_that_opens() -> None:
     assert "h264_nvenc does not open here" in choice.note
 
 
+def test_crf_0_says_it_writes_a_profile_many_players_cannot_play(tmp_path: Path) -> None:
+    """A new user's trial: ``--crf 0`` wrote H.264's High 4:4:4 Predictive profile (lossless),
+    which many players cannot decode, without a word."""
+    src = ntsc_clip(tmp_path / "in.mp4", frames=6, audio_tracks=0)
+    out = tmp_path / "o.mp4"
+    result = transcode(src, out, lambda f, i: f, options=VideoOptions(crf=0))
+    with av.open(str(out)) as c:
+        assert c.streams.video[0].codec_context.profile == "High 4:4:4 Predictive"
+    assert "--crf 0 is lossless: H.264's High 4:4:4 Predictive profile" in result.encoder
+    for crf, name in ((1, "libx264"), (0, "libx265")):
+        assert "lossless" not in choose_encoder(name, crf).note
+
+
 def test_a_named_encoder_that_does_not_open_is_refused_before_any_work(
         tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     clip = ntsc_clip(tmp_path / "in.mp4", frames=10)

@@ -129,6 +129,15 @@ def _ffmpeg_says(exc: BaseException) -> str:
     return str(getattr(exc, "strerror", None) or exc)
 
 
+def _lossless_note(name: str, crf: int) -> str:
+    """What ``--crf 0`` means for ``name``'s output, when it is lossless x264: a new user's
+    trial got H.264's High 4:4:4 Predictive profile, which many players cannot play, unsaid."""
+    if name != "libx264" or crf != 0:
+        return ""
+    return ("; --crf 0 is lossless: H.264's High 4:4:4 Predictive profile, which many players, "
+            "phones and editors cannot play (--crf 1 and above play everywhere)")
+
+
 def choose_encoder(name: str = "auto", crf: int = DEFAULT_CRF) -> EncoderChoice:
     """The encoder for ``--video-encoder name``.
 
@@ -146,13 +155,15 @@ def choose_encoder(name: str = "auto", crf: int = DEFAULT_CRF) -> EncoderChoice:
         if why is not None:
             raise LivefuseError(f"--video-encoder {name} {why}; `livefuse doctor` lists the "
                                 "encoders that open")
-        return EncoderChoice(name, encoder_options(name, crf), note=f"{name} (chosen)")
+        return EncoderChoice(name, encoder_options(name, crf),
+                             note=f"{name} (chosen){_lossless_note(name, crf)}")
     skipped: list[str] = []
     for cand in AUTO_ENCODERS:
         why = probe_encoder(cand)
         if why is None:
             note = f"{cand} (auto" + (f"; {skipped[0]}" if skipped else "") + ")"
-            return EncoderChoice(cand, encoder_options(cand, crf), note=note)
+            return EncoderChoice(cand, encoder_options(cand, crf),
+                                 note=note + _lossless_note(cand, crf))
         skipped.append(f"{cand} {why.split(' (')[0]}")
     raise LivefuseError("no H.264 encoder opens here (libx264 is part of PyAV's wheel: "
                         "reinstall av)")

@@ -14,6 +14,7 @@ from livefuse.engine import Engine, unswapped_reason
 from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 from livefuse.faces.rotation import (
     ANGLES,
+    IDLE_FRAMES,
     SWEEP_EVERY,
     SweepPacer,
     detect_rotated,
@@ -157,49 +158,50 @@ def test_auto_turns_a_stream_frame_only_when_it_needs_to() -> None:
 
 def test_a_videos_faceless_frames_sweep_the_turns_now_and_then() -> None:
     """A new user's trial: with ``auto``, every faceless frame of a video ran the detector at
-    all eight turns (4.3 fps against 36.2 with ``off`` on a clip with a face in its last second
-    only). After a sweep that found nothing, a video's faceless frames sweep only on frame
-    indices that are multiples of SWEEP_EVERY; a face that appears turned is found at the next
-    one, and while it is found every frame sweeps again. A still is always swept."""
+    all eight turns (5.1 fps on a clip with a face in its last second only). After IDLE_FRAMES
+    frames in a row with no face, a video's faceless frames sweep only on frame indices that are
+    multiples of SWEEP_EVERY; a face that appears turned is found at the next one, and while
+    faces are found (or were, in the last IDLE_FRAMES frames) every faceless frame sweeps, so a
+    sideways face missed for a frame is looked for again at once. A still is always swept."""
     size = (400, 300)
     frame = np.zeros((300, 400, 3), np.uint8)
     turned = _face(200, 150, 100, 0.9, roll=180)
     calls: list[int] = []
     pacer = SweepPacer()
+    sweep, idle, every = 1 + len(ANGLES), IDLE_FRAMES, SWEEP_EVERY
 
-    def run(index: int, face_from: int) -> list[Face]:
-        answers = {180: [_in_turn(turned, 180, size)]} if index >= face_from else {}
-        detect = _Scripted(answers)
+    def run(index: int, shown: bool) -> list[Face]:
+        detect = _Scripted({180: [_in_turn(turned, 180, size)]} if shown else {})
         before = len(detect.order)
         faces = detect_rotated(detect, frame, "auto", pacer=pacer, index=index)
         calls.append(before - len(detect.order))
         return faces
 
-    found = [bool(run(i, face_from=11)) for i in range(20)]
-    sweep = 1 + len(ANGLES)
-    assert calls[:11] == [sweep, *[1] * 7, sweep, 1, 1]  # frames 0 and 8 swept, 9 and 10 not
-    assert found.index(True) == 2 * SWEEP_EVERY  # the turned face from frame 11: found at 16
-    assert calls[16:] == [sweep] * 4 and all(found[16:])
-    assert SWEEP_EVERY == 8
-    # frames of a chunk processed alone sweep where the whole video's do, from its first sweep
+    appears = 41
+    found = [bool(run(i, shown=i >= appears and i != 60)) for i in range(70)]
+    assert (idle, every) == (30, 8)
+    assert calls[:idle + 1] == [sweep] * (idle + 1)  # a second unpaced
+    assert calls[idle + 1:appears] == [1, sweep, *[1] * 7, sweep]  # then frames 32 and 40
+    assert found.index(True) == 48  # the turned face from frame 41: found at the next multiple
+    assert calls[48:] == [sweep] * 22 and not found[60] and all(found[61:])  # missed once
+    # a chunk of the video processed on its own starts unpaced, then keeps the same frames
     pacer.reset()
     calls.clear()
-    for i in range(40, 50):
-        run(i, face_from=99)
-    assert calls == [sweep, *[1] * 7, sweep, 1]
+    for i in range(200, 240):
+        run(i, shown=False)
+    assert calls == [sweep] * (idle + 1) + [1, sweep, *[1] * 7]
     # a still image is always searched at every turn
-    pacer.swept(False)
     detect = _Scripted({})
-    detect_rotated(detect, frame, "auto", still=True, pacer=pacer, index=3)
+    detect_rotated(detect, frame, "auto", still=True, pacer=pacer, index=241)
     assert detect.order == []
 
 
 def test_the_engine_paces_a_videos_faceless_frames_and_a_new_video_starts_afresh(
         analyser: DlibFaceAnalyser, source: LoadedImage,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The engine hands its detection the video's pacer and each frame's index: ten faceless
-    frames of a stream run the detector 24 times, not 80; a still, or a new video after
-    ``reset_tracking``, sweeps at once."""
+    """The engine hands its detection the video's pacer and each frame's index: 48 faceless
+    frames of a stream run the detector at every turn on the first 31 and on frames 32 and 40
+    only; a new video after ``reset_tracking`` is swept at once."""
     engine = _engine(analyser, source, rotation="auto")
     calls = []
     detect = analyser.detect
@@ -209,14 +211,16 @@ def test_the_engine_paces_a_videos_faceless_frames_and_a_new_video_starts_afresh
         return detect(frame, upsample)  # type: ignore[arg-type]
 
     monkeypatch.setattr(analyser, "detect", counted)
-    blank = np.full((120, 160, 3), 90, np.uint8)
-    for i in range(10):
+    blank = np.full((72, 96, 3), 90, np.uint8)
+    for i in range(48):
         engine.process(blank.copy(), i)
-    assert len(calls) == 2 * (1 + len(ANGLES)) + 8
-    calls.clear()
+    sweep = 1 + len(ANGLES)
+    assert len(calls) == (IDLE_FRAMES + 1 + 2) * sweep + (48 - IDLE_FRAMES - 3)
     engine.reset_tracking()  # the next video
-    engine.process(blank.copy(), 1)
-    assert len(calls) == 1 + len(ANGLES)
+    calls.clear()
+    for i in range(IDLE_FRAMES + 2):
+        engine.process(blank.copy(), 100 + i)
+    assert len(calls) == (IDLE_FRAMES + 1) * sweep + 1
 
 
 # --- real photos ----------------------------------------------------------------------------

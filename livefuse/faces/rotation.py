@@ -144,34 +144,51 @@ def needs_sweep(mode: RotationMode, upright: Sequence[Face], still: bool) -> boo
 
 
 SWEEP_EVERY = 8
-"""On video, after a sweep of the turns found no face at all, the faceless frames that follow
-skip the sweep until this many have passed (a turned face is then found within about a quarter
-second at 30 fps). A sweep runs the detector seven more times: a new user's clip with a face in
-its last second only ran 4.3 fps against 36.2 with ``--rotation off``, so a season of streams
-with long faceless stretches (a BRB screen, gameplay without a camera) paid it on every frame."""
+"""On video, once no face at all was found for :data:`IDLE_FRAMES` frames in a row, the
+faceless frames that follow sweep the turns only on frame indices that are multiples of this
+(a turned face that appears is then found within about a quarter second at 30 fps). A sweep
+runs the detector seven more times: a new user's clip with a face in its last second only ran
+5.1 fps against 21.5 paced (docs/BENCHMARKS.md §13), so a season of streams with long faceless
+stretches (a BRB screen, gameplay without a camera) paid it on every frame."""
+
+IDLE_FRAMES = 30
+"""Frames in a row with no face found (upright or turned) before the sweeps are paced: about a
+second at 30 fps. A sideways face the detector misses for a frame or two (a blink, a hand) is
+looked for again at once, as before; only a stretch with no face keeps the pace."""
 
 
 class SweepPacer:
-    """When ``auto`` sweeps a video's faceless frames (:data:`SWEEP_EVERY`): after a sweep
-    that found nothing, only on frames whose index in the video is a multiple of ``every``, so
-    a chunk of a video processed on its own (``livefuse batch``) sweeps on the frames one run
-    over the whole video sweeps on, from its first sweep on. One per video stream; used by the
-    thread that detects (the engine's processing thread)."""
+    """When ``auto`` sweeps a video's faceless frames (:data:`SWEEP_EVERY`, :data:`IDLE_FRAMES`).
 
-    def __init__(self, every: int = SWEEP_EVERY) -> None:
+    Frame indices are the video's own, so in a long faceless stretch a chunk of the video
+    processed on its own (``livefuse batch``) sweeps on the frames one run over the whole video
+    sweeps on. A chunk starts unpaced: it can find a turned face that appears in its first
+    second up to ``every - 1`` frames sooner than one run over the whole video. One per video
+    stream; used by the thread that detects (the engine's processing thread).
+    """
+
+    def __init__(self, every: int = SWEEP_EVERY, idle: int = IDLE_FRAMES) -> None:
         self.every = max(1, int(every))
-        self._idle = False
+        self.idle = max(1, int(idle))
+        self._last: int | None = None  # the index of the last frame where a face was found
+        self._first: int | None = None  # the first index seen since the last reset
 
     def skip(self, index: int) -> bool:
         """Whether the faceless frame ``index`` goes without a sweep."""
-        return self._idle and index % self.every != 0
+        if self._first is None:
+            self._first = index
+        since = index - (self._first if self._last is None else self._last)
+        return since > self.idle and index % self.every != 0
 
-    def swept(self, found: bool) -> None:
-        """A sweep ran: with nothing found, the next faceless frames are paced."""
-        self._idle = not found
+    def found(self, index: int, any_face: bool) -> None:
+        """What frame ``index``'s detection found (upright or in a sweep)."""
+        if self._first is None:
+            self._first = index
+        if any_face:
+            self._last = index
 
     def reset(self) -> None:
-        self._idle = False
+        self._last = self._first = None
 
 
 def _rank(face: Face, roll_in_view: float) -> tuple[int, float]:
@@ -210,10 +227,11 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
         Faces in ``frame`` coordinates, left to right.
     """
     faces = list(upright) if upright is not None else detect(frame)
-    if not needs_sweep(mode, faces, still):
-        return faces
-    paced = pacer if mode == "auto" and not still and not faces else None
-    if paced is not None and paced.skip(index):
+    paced = pacer if mode == "auto" and not still else None
+    if not needs_sweep(mode, faces, still) or \
+            (paced is not None and not faces and paced.skip(index)):
+        if paced is not None:
+            paced.found(index, bool(faces))
         return faces
     h, w = host_frame(frame).shape[:2]
     seen = [(f, roll_degrees(f)) for f in faces]
@@ -236,10 +254,11 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
                     if not any(overlap(m.bbox, g.bbox) >= OVERLAP for g in kept)]
     kept.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
     if paced is not None:
-        paced.swept(bool(kept))
+        paced.found(index, bool(kept))
     return kept
 
 
-__all__ = ["ANGLES", "OVERLAP", "QUARTER_TURNS", "RELIABLE_ROLL", "ROLLED_DEGREES", "SWEEP_EVERY",
+__all__ = ["ANGLES", "IDLE_FRAMES", "OVERLAP", "QUARTER_TURNS", "RELIABLE_ROLL", "ROLLED_DEGREES",
+           "SWEEP_EVERY",
            "RotationMode", "SweepPacer", "detect_rotated", "needs_sweep", "roll_degrees",
            "rotate_frame", "turn_affine", "unrotate_face", "unrotate_points"]

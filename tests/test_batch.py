@@ -373,8 +373,9 @@ def test_an_input_changed_since_its_output_was_made_is_processed_again(tmp_path:
 def test_an_earlier_batchs_output_folder_inside_the_inputs_is_left_out_and_said(
         tmp_path: Path, t1_path: Path) -> None:
     """A new user's trial: a batch into ``in/out``, then ``in`` --recursive into ``in/out2``
-    swapped ``in/out``'s outputs a second time, exit 0. A walk leaves an earlier batch's output
-    folder out (it holds the record of its outputs) and says so; named itself, it is taken."""
+    swapped ``in/out``'s outputs a second time, exit 0. A walk leaves out the outputs an
+    earlier batch recorded in a folder, and says so; an original in that folder (a batch into a
+    folder of photos) is still taken, and named itself, the folder is taken whole."""
     src = tmp_path / "in"
     (src / "week1").mkdir(parents=True)
     shutil.copy(t1_path, src / "week1" / "pic.jpg")
@@ -382,14 +383,16 @@ def test_an_earlier_batchs_output_folder_inside_the_inputs_is_left_out_and_said(
                       marking_engine, quiet=True)
     assert [r.status for r in first.results] == ["done"]
     assert (src / "out" / RECORD).is_file()
+    shutil.copy(t1_path, src / "out" / "original.jpg")  # not an output: the record says so
     second = run_batch(BatchOptions((str(src),), src / "out2", recursive=True,
                                     executor="local"), marking_engine, quiet=True)
-    assert [r.item.input for r in second.results] == [src / "week1" / "pic.jpg"]
-    assert f"'{(src / 'out').resolve()}' left out (1 image or video): an earlier batch's " \
-        "output folder" in "\n".join(second.lines())
+    assert sorted(r.item.input for r in second.results) == [src / "out" / "original.jpg",
+                                                           src / "week1" / "pic.jpg"]
+    assert f"'{(src / 'out').resolve()}': 1 output of an earlier batch into that folder left " \
+        "out" in "\n".join(second.lines())
     named = run_batch(BatchOptions((str(src / "out"),), tmp_path / "again", recursive=True,
                                    executor="local"), marking_engine, quiet=True)
-    assert [r.status for r in named.results] == ["done"]
+    assert [r.status for r in named.results] == ["done", "done"]
 
 
 def test_an_output_made_with_another_face_photo_is_made_again(tmp_path: Path,
@@ -425,6 +428,12 @@ def test_an_output_made_with_another_face_photo_is_made_again(tmp_path: Path,
         same = job_key(EngineSpec(EngineConfig(), other_photo), video, chunks)
         assert [r.status for r in run_batch(opts, marking_engine, quiet=True,
                                             job=same).results] == ["skipped"]
+    # the season's folder renamed since, then another face photo: made again (the review)
+    moved = tmp_path / "moved"
+    src.parent.rename(moved)
+    moved_opts = BatchOptions((str(moved),), out, executor="local")
+    assert [r.status for r in run_batch(moved_opts, marking_engine, quiet=True,
+                                        job=first).results] == ["done"]
 
 
 def test_files_that_are_not_media_are_said_left_out_and_obs_recordings_are_media(

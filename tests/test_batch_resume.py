@@ -286,8 +286,13 @@ def test_the_job_key_follows_what_decides_the_pixels(tmp_path: Path, t1_path: Pa
     assert job_key(EngineSpec(EngineConfig(engine="classic"), t1_path), VideoOptions()) != base
     assert job_key(EngineSpec(EngineConfig(engine="classic", detect_every=3), astronaut_path),
                    VideoOptions()) != base
-    copy = tmp_path / astronaut_path.name
+    # the photo's bytes, not its path or time: a copy, moved or touched, is the same face
+    copy = tmp_path / "moved" / astronaut_path.name
+    copy.parent.mkdir()
     copy.write_bytes(astronaut_path.read_bytes())
+    os.utime(copy, ns=(1, 1))
+    assert job_key(EngineSpec(EngineConfig(engine="classic"), copy), VideoOptions()) == base
+    copy.write_bytes(astronaut_path.read_bytes() + b"\0")  # another file: another face
     assert job_key(EngineSpec(EngineConfig(engine="classic"), copy), VideoOptions()) != base
     # a new user's trial: another --chunk-seconds kept the old cuts, "with the same settings"
     assert job_key(spec, VideoOptions(), 4.0) != base

@@ -82,16 +82,23 @@ def other_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output: 
     except ValueError:
         return None
     entry = record_of.get(rel)
-    if entry is None or entry.get("input") == str(source.resolve()):
+    if entry is None or _same_input(entry, source):
         return None
+    return str(entry.get("input") or "another input")
+
+
+def _same_input(entry: dict[str, Any], source: Path) -> bool:
+    """Whether the record ``entry`` is of ``source``: its resolved path, or its name, size and
+    modification time (moved or renamed with its folder since); one that cannot be read is
+    taken as the same (nothing to tell them apart by)."""
+    if entry.get("input") == str(source.resolve()):
+        return True
     try:
         st = source.stat()
     except OSError:
-        return None
-    if (entry.get("name"), entry.get("size"), entry.get("mtime_ns")) == \
-            (source.name, st.st_size, st.st_mtime_ns):
-        return None  # moved or renamed with its folder: the same file
-    return str(entry.get("input") or "another input")
+        return True
+    return (entry.get("name"), entry.get("size"), entry.get("mtime_ns")) == \
+        (source.name, st.st_size, st.st_mtime_ns)
 
 
 def changed_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path,
@@ -132,8 +139,8 @@ def made_otherwise(record_of: dict[str, dict[str, Any]], output_dir: Path, outpu
     except ValueError:
         return []
     entry = record_of.get(rel)
-    if job is None or entry is None or entry.get("input") != str(source.resolve()) or \
-            not isinstance(entry.get("job"), str):
+    if job is None or entry is None or not isinstance(entry.get("job"), str) or \
+            not _same_input(entry, source):
         return []
     names = {JOB_PARTS[k] for k in PIXEL_PARTS if video or k != "video"}
     return [c for c in job_changes(entry["job"], job) if c in names]

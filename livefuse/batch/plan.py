@@ -247,7 +247,7 @@ class Expanded(NamedTuple):
             above them) starting with a dot, livefuse's own part files not counted.
         earlier: ``(folder, files)``: output folders of earlier batches (they hold
             :data:`~livefuse.batch.made_from.RECORD`) that a folder walk or a pattern met below
-            its start, and the images and videos left out there.
+            its start, and how many of the outputs recorded there it left out.
     """
 
     found: list[tuple[Path, Path]]
@@ -269,10 +269,10 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
     files are named by their path below it; a file is taken as it is (by its name),
     and one that is neither an image nor a video is a problem. A folder or pattern that walks
     into the output folder ``outputs`` (which lies inside it) leaves the files there out: they
-    are this batch's outputs, not inputs; so does one that meets an earlier batch's output
-    folder below its start (a batch into ``season/out`` run again into ``season/out2`` swapped
-    ``season/out`` a second time, exit 0: a new user's trial). A file or folder named itself is
-    always taken.
+    are this batch's outputs, not inputs; so does one that meets the outputs an earlier batch
+    recorded in a folder below its start (a batch into ``season/out`` run again into
+    ``season/out2`` swapped ``season/out`` a second time, exit 0: a new user's trial). A file or
+    folder named itself is always taken.
     """
     found: list[tuple[Path, Path]] = []
     problems: list[tuple[str, str]] = []
@@ -282,17 +282,19 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
     earlier_dirs: dict[Path, int] = {}
     left_out = 0
     out_root = outputs.resolve() if outputs is not None else None
-    is_output: dict[Path, bool] = {}
+    records: dict[Path, set[str]] = {}
 
-    def earlier_output(folder: Path, root: Path) -> Path | None:
-        """The outermost folder from ``folder`` up to ``root`` (not included; both resolved)
-        that holds a batch's record of its outputs."""
+    def earlier_output(f: Path, root: Path) -> Path | None:
+        """The outermost folder below ``root`` (resolved) whose batch record lists ``f`` as one
+        of its outputs: only those files, not the originals a folder may also hold (a batch
+        into a folder of photos)."""
+        folder = f.parent.resolve()
         for d in reversed((folder, *folder.parents)):
             if root not in d.parents:
                 continue
-            if d not in is_output:
-                is_output[d] = (d / RECORD).is_file()
-            if is_output[d]:
+            if d not in records:
+                records[d] = set(recorded(d)) if (d / RECORD).is_file() else set()
+            if records[d] and (folder / f.name).relative_to(d).as_posix() in records[d]:
                 return d
         return None
 
@@ -305,7 +307,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             files = kept
         kept = []
         for f in files:
-            folder = earlier_output(f.parent.resolve(), root)
+            folder = earlier_output(f, root)
             if folder is None:
                 kept.append(f)
             elif _media(f):
@@ -478,9 +480,11 @@ class KeyIndex:
         cuts: pts of keyframes that open a closed GOP (where a chunk may start).
         keyframes: pts of every keyframe (where decoding may start).
         tb: the stream's time base; rate: its frame rate.
-        keyframe_dts: each keyframe's decode timestamp, by its pts (what a demuxer seeks by:
-            MPEG-TS's lands on the packet of that dts, so a seek to a keyframe's pts with
-            B-frames began one packet after the keyframe and lost its whole GOP).
+        keyframe_dts: each keyframe's decode timestamp, by its pts: where a chunk seeks to.
+            MPEG-TS's demuxer seeks by dts and lands on the packet of that dts, so a seek to a
+            keyframe's pts (B-frames: pts > dts) began one packet past the keyframe and lost
+            its whole GOP. MP4 and Matroska seek by pts: at the keyframe's dts they start at the
+            keyframe before it, a GOP more decoded and skipped, never one too few.
     """
 
     pts: tuple[int, ...]

@@ -29,7 +29,7 @@ from livefuse.io.video import Span
 
 MANIFEST = "chunks.json"
 UNREADABLE = "their list of chunks cannot be read"
-FORMAT = 2  # 2: each done chunk's digest
+FORMAT = 3  # 2: each done chunk's digest; 3: a span's seek is the keyframe's dts (None: no seek)
 
 
 @dataclass(frozen=True)

@@ -515,10 +515,9 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
                              "lies there is taken as output, not input (name a file itself "
                              "to process it)")
     for kept_dir, files in plan.earlier_outputs:
-        summary.notes.append(f"'{kept_dir}' left out ({files} image{'s' if files > 1 else ''} or "
-                             f"video{'s' if files > 1 else ''}): an earlier batch's output "
-                             "folder (it holds its record of outputs); give the folder itself "
-                             "to swap them again")
+        summary.notes.append(f"'{kept_dir}': {files} output{'s' if files > 1 else ''} of an "
+                             "earlier batch into that folder left out (its record of outputs "
+                             "lists them); give the folder itself to swap them again")
     for folder, deeper in plan.below:
         summary.notes.append(f"'{folder}' has {deeper} image{'s' if deeper > 1 else ''} or "
                              f"video{'s' if deeper > 1 else ''} in its subfolders, left out: "

@@ -67,7 +67,7 @@ JOB_PARTS = {"version": "the livefuse version", "engine": "the engine settings",
 
 def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None = None) -> str:
     """What decides a long video's chunks and their pixels: livefuse's version, the engine
-    settings, the source and reference photos (path, size, modification time), the encoder and
+    settings, the source and reference photos (their contents), the encoder and
     quality, and ``--chunk-seconds`` (``None``: chosen from the workers). An interrupted
     batch's finished chunks are reused only under the same key (:mod:`livefuse.batch.resume`),
     so a rerun with another face or setting starts over.
@@ -81,11 +81,10 @@ def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None =
 
     from livefuse import __version__
 
-    def stamp(p: Path | None) -> list[object] | None:
-        if p is None:
-            return None
-        st = p.stat()
-        return [str(p), st.st_size, st.st_mtime_ns]
+    def stamp(p: Path | None) -> str | None:
+        # its bytes, not its path and time: the same photo copied, moved or touched is the
+        # same face (a review: a touched face.jpg made a whole season again)
+        return None if p is None else hashlib.sha256(p.read_bytes()).hexdigest()
 
     parts: dict[str, object] = {
         "version": __version__,

@@ -101,7 +101,8 @@ class Span:
 
     Attributes:
         seek: decode timestamp (dts) of the keyframe decoding starts at (at or before
-            ``warm_from``), what demuxers seek by; ``None``: from the file's start, no seek.
+            ``warm_from``): at or before that keyframe whether the demuxer seeks by dts
+            (MPEG-TS) or by pts (MP4, Matroska); ``None``: from the file's start, no seek.
         warm_from: pts of the first frame processed.
         start: pts of the chunk's first written frame (a keyframe that opens a closed GOP).
         end: pts of the next chunk's first frame; ``None`` for the last chunk.

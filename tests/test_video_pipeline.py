@@ -367,10 +367,14 @@ def test_crf_0_says_it_writes_a_profile_many_players_cannot_play(tmp_path: Path)
     which many players cannot decode, without a word."""
     src = ntsc_clip(tmp_path / "in.mp4", frames=6, audio_tracks=0)
     out = tmp_path / "o.mp4"
-    result = transcode(src, out, lambda f, i: f, options=VideoOptions(crf=0))
+    result = transcode(src, out, lambda f, i: f, options=VideoOptions(crf=0,
+                                                                       encoder="libx264"))
     with av.open(str(out)) as c:
         assert c.streams.video[0].codec_context.profile == "High 4:4:4 Predictive"
-    assert "--crf 0 is lossless: H.264's High 4:4:4 Predictive profile" in result.encoder
+    said = "--crf 0 is lossless: H.264's High 4:4:4 Predictive profile"
+    assert said in result.encoder
+    if choose_encoder("auto").name == "libx264":  # no NVENC here (CI): auto says it too
+        assert said in choose_encoder("auto", 0).note
     for crf, name in ((1, "libx264"), (0, "libx265")):
         assert "lossless" not in choose_encoder(name, crf).note
 

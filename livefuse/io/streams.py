@@ -57,8 +57,10 @@ def dropped_streams_note(container: Any) -> str | None:
     kinds: dict[str, list[str]] = {}
     for stream in container.streams:
         if stream.type in ("subtitle", "data", "attachment"):
+            # a data or attachment stream has no codec context: its own name ("klv", a font)
             codec = getattr(stream.codec_context, "name", None) if stream.codec_context else None
-            kinds.setdefault(stream.type, []).append(codec or "unknown")
+            kinds.setdefault(stream.type, []).append(codec or getattr(stream, "name", None)
+                                                     or "unknown")
     if not kinds:
         return None
     parts = [f"{len(c)} {kind} stream{'s' if len(c) > 1 else ''} ({', '.join(sorted(set(c)))})"

@@ -410,7 +410,7 @@ def test_an_output_made_with_another_face_photo_is_made_again(tmp_path: Path,
     opts = BatchOptions((str(src.parent),), out, executor="local")
     spec = EngineSpec(EngineConfig(), t1_path)
     other_photo = tmp_path / "other.jpg"
-    shutil.copy(t1_path, other_photo)
+    other_photo.write_bytes(t1_path.read_bytes() + b"\0")  # another photo: other bytes
     first = job_key(spec, VideoOptions())
     again = job_key(EngineSpec(EngineConfig(), other_photo), VideoOptions())
     assert [r.status for r in run_batch(opts, marking_engine, quiet=True,

@@ -804,12 +804,18 @@ def test_a_hole_in_the_timestamps_is_damage_and_a_stall_is_not(
     write_clip(tmp_path / "in" / f"hole.{ext}", holed, Fraction(1, 30), Fraction(30),
                audio_tracks=0)
     vfr_clip(tmp_path / "in" / f"vfr.{ext}", frames=90, audio_tracks=0)  # a 0.3 s stall
+    # the same pause with its sound going on through it: a screen recorder over a still
+    # screen (a new user's trial: "input damaged", exit 3 on every rerun)
+    write_clip(tmp_path / "in" / f"paused.{ext}", holed, Fraction(1, 30), Fraction(30),
+               audio_tracks=1)
     summary = run_batch(_opts(tmp_path / "in", tmp_path / "out", chunk_seconds=chunk_seconds),
                         marking_engine, quiet=True)
-    assert summary.count("done") == 2
+    assert summary.count("done") == 3
     assert [r.item.input.name for r in summary.incomplete] == [f"hole.{ext}"]
     assert summary.incomplete[0].incomplete.startswith(
         "input damaged: no frame for 1.0 s after 0:01.97")
+    assert "the picture pauses 1.0 s after 0:01.97 while the sound goes on" in \
+        "\n".join(summary.lines())
 
 
 def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(

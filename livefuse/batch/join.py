@@ -26,7 +26,7 @@ from livefuse.errors import VideoError
 from livefuse.io.codecs import open_video, plain_av_error
 from livefuse.io.paths import part_path
 from livefuse.io.streams import copy_container_tags, copy_stream
-from livefuse.io.video import muxer_options
+from livefuse.io.video import muxer_options, sound_goes_on
 
 
 def _chunk_packets(chunks: Sequence[Path]) -> Iterator[tuple[Fraction, Any]]:
@@ -72,12 +72,15 @@ class Joined:
             telling a cut input's early end (:func:`~livefuse.io.video.incomplete_reason`).
         gap, gap_at: the longest step between two frames (s) and where it starts (s from the
             first frame), for telling a hole (:func:`~livefuse.io.video.gap_reason`).
+        sound_through_gap: the input's audio goes on through that step
+            (:func:`~livefuse.io.video.sound_goes_on`): a paused picture, not a hole.
     """
 
     frames: int
     span: Fraction
     gap: Fraction = Fraction(0)
     gap_at: Fraction = Fraction(0)
+    sound_through_gap: bool = False
 
 
 def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> Joined:
@@ -116,6 +119,7 @@ def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> Joined:
             if rate:
                 vout.codec_context.framerate = Fraction(rate)
             audio = {a.index: copy_stream(out, a) for a in inp.streams.audio}
+            heard: list[tuple[Fraction, Fraction]] = []  # each audio packet's span (s)
             copy_container_tags(inp, out)
 
             def video() -> Iterator[tuple[Fraction, int, int, Any]]:
@@ -132,6 +136,10 @@ def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> Joined:
                     if pkt.dts is None:  # the demuxer's flush marker
                         continue
                     t = Fraction(pkt.dts) * Fraction(pkt.time_base)
+                    if pkt.pts is not None:
+                        t0 = Fraction(pkt.pts) * Fraction(pkt.time_base)
+                        heard.append((t0, t0 + Fraction(pkt.duration or 0)
+                                      * Fraction(pkt.time_base)))
                     pkt.stream = audio[pkt.stream.index]
                     yield t, 1, k, pkt
 
@@ -146,7 +154,8 @@ def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> Joined:
         raise
     shown = sorted(pts)
     step, at = max(((b - a, a) for a, b in itertools.pairwise(shown)), default=(0, shown[0]))
-    return Joined(len(pts), (shown[-1] - shown[0]) * tb, step * tb, (at - shown[0]) * tb)
+    return Joined(len(pts), (shown[-1] - shown[0]) * tb, step * tb, (at - shown[0]) * tb,
+                  sound_goes_on(heard, at * tb, (at + step) * tb))
 
 
 __all__ = ["Joined", "join_chunks"]

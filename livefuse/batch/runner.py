@@ -394,7 +394,7 @@ class _Collector:
 
     def _join(self, item: Item, parts: list[UnitResult]) -> None:
         from livefuse.batch.join import join_chunks
-        from livefuse.io.video import gap_reason, incomplete_reason, probe
+        from livefuse.io.video import gap_reason, incomplete_reason, paused_note, probe
 
         failed = next((r for r in parts if not r.ok), None)
         keep = False
@@ -418,8 +418,14 @@ class _Collector:
             info = probe(item.input)
             # a container that declares no frame count (Matroska) still declares a duration
             early = incomplete_reason(joined.frames, info.frames, info.duration,
-                                      joined.span + 1 / info.rate, info.rate) or \
-                gap_reason(joined.gap, joined.gap_at, info.rate)
+                                      joined.span + 1 / info.rate, info.rate)
+            if early is None and gap_reason(joined.gap, joined.gap_at, info.rate) is not None:
+                if joined.sound_through_gap:  # a paused picture, as `run` says it
+                    line = f"'{item.input}': {paused_note(joined.gap, joined.gap_at)}"
+                    if line not in self.item_notes:
+                        self.item_notes.append(line)
+                else:
+                    early = gap_reason(joined.gap, joined.gap_at, info.rate)
             self._finish(item, True, "", joined.frames, early, ",".join(sorted({r.worker
                                                                         for r in parts})))
         except LivefuseError as exc:

@@ -364,6 +364,8 @@ class _Decoder:
         self.first_pts: int | None = None
         self.last_pts: int | None = None
         self.gap = (0, 0)  # the longest step between two written frames, and where (ticks)
+        self.sound: list[tuple[Fraction, Fraction]] = []  # each audio packet's span (s)
+        self.paused: str | None = None  # a gap its sound goes on through (:func:`paused_note`)
         self.keep_yuv = False  # set by the encoder when its frames can start from the input's
         if opened.decoder == "CPU":
             open_niced(self.vin.codec_context)
@@ -407,6 +409,10 @@ class _Decoder:
                 return
             if packet.stream.type != "video":
                 if packet.dts is not None:  # a None dts is the demuxer's flush marker
+                    if packet.pts is not None and packet.time_base:
+                        t0 = Fraction(packet.pts) * Fraction(packet.time_base)
+                        self.sound.append(
+                            (t0, t0 + Fraction(packet.duration or 0) * Fraction(packet.time_base)))
                     yield Passthrough(packet)
                 continue
             for frame in self._frames(packet):
@@ -469,9 +475,16 @@ class _Decoder:
             covered = (self.last_pts - self.first_pts) * self.tb + 1 / self.rate
         why = incomplete_reason(self.decoded, declared, duration, covered, self.rate,
                                 self.error, self.bad_packets)
+        if why is not None:
+            return why
         start = self.first_pts or 0
-        return why or gap_reason(self.gap[0] * self.tb, (self.gap[1] - start) * self.tb,
-                                 self.rate)
+        gap, at = self.gap[0] * self.tb, (self.gap[1] - start) * self.tb
+        hole = gap_reason(gap, at, self.rate)
+        if hole is not None and sound_goes_on(self.sound, self.gap[1] * self.tb,
+                                              (self.gap[1] + self.gap[0]) * self.tb):
+            self.paused = paused_note(gap, at)
+            return None
+        return hole
 
 
 GAP_MIN_S = Fraction(1, 2)
@@ -495,6 +508,38 @@ def gap_reason(gap: Fraction, at: Fraction, rate: Fraction) -> str | None:
     return (f"input damaged: no frame for {float(gap):.1f} s after {int(minutes)}:"
             f"{seconds:05.2f} (a damaged stretch skipped, or a recording that paused); the "
             "output shows the frame before it that long")
+
+
+AUDIO_HOLE_S = Fraction(1, 10)
+"""A hole between audio packets longer than this is missing sound (AAC's packets follow each
+other every 21 ms)."""
+
+
+def sound_goes_on(spans: Sequence[tuple[Fraction, Fraction]], start: Fraction,
+                  end: Fraction) -> bool:
+    """Whether audio packets spanning ``spans`` (s, the container's timeline) run from ``start``
+    to ``end`` with no hole over :data:`AUDIO_HOLE_S`. A video whose picture pauses while its
+    sound goes on is a recording that paused its picture (a screen recorder over a still
+    screen, variable frame rate), not a damaged stretch, which loses both (a new user's trial:
+    such a clip was "input damaged", exit 3 on every rerun of its batch)."""
+    at = start
+    for a, b in sorted(spans):
+        if b <= at:
+            continue
+        if a > at + AUDIO_HOLE_S:
+            return False
+        at = b
+        if at >= end:
+            return True
+    return bool(spans) and at + AUDIO_HOLE_S >= end
+
+
+def paused_note(gap: Fraction, at: Fraction) -> str:
+    """The note for a picture that pauses ``gap`` seconds ``at`` seconds in while its sound goes
+    on (:func:`sound_goes_on`): kept as it is, not a fault."""
+    minutes, seconds = divmod(float(at), 60)
+    return (f"the picture pauses {float(gap):.1f} s after {int(minutes)}:{seconds:05.2f} while "
+            "the sound goes on (a variable-frame-rate recording); the output keeps that pause")
 
 
 def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
@@ -792,6 +837,8 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
         if dec.nudged:
             result.notes.append(f"{dec.nudged} frame(s) repeated an earlier timestamp; each was "
                                 "moved one tick later")
+        if dec.paused is not None:
+            result.notes.append(dec.paused)
         if keep is None or keep():
             os.replace(tmp, d)
         else:
@@ -912,5 +959,5 @@ def read_frames(path: str | os.PathLike[str]) -> list[Frame]:
 
 __all__ = ["OUTPUT_VIDEO_SUFFIXES", "VIDEO_SUFFIXES", "FrameProcessor", "Processed",
            "Region", "Span", "TranscodeResult", "VideoInfo", "VideoOptions", "check_audio_fits",
-           "gap_reason", "incomplete_reason", "is_video_path", "muxer_options",
-           "probe", "read_frames", "transcode"]
+           "gap_reason", "incomplete_reason", "is_video_path", "muxer_options", "paused_note",
+           "probe", "read_frames", "sound_goes_on", "transcode"]

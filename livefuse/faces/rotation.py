@@ -158,13 +158,21 @@ looked for again at once, as before; only a stretch with no face keeps the pace.
 
 
 class SweepPacer:
-    """When ``auto`` sweeps a video's faceless frames (:data:`SWEEP_EVERY`, :data:`IDLE_FRAMES`).
+    """How ``auto`` sweeps a video's frames: when its faceless frames sweep (:data:`SWEEP_EVERY`,
+    :data:`IDLE_FRAMES`), and which turns a sweep tries first (:attr:`turns`).
 
     Frame indices are the video's own, so in a long faceless stretch a chunk of the video
     processed on its own (``livefuse batch``) sweeps on the frames one run over the whole video
     sweeps on. A chunk starts unpaced: it can find a turned face that appears in its first
     second up to ``every - 1`` frames sooner than one run over the whole video. One per video
     stream; used by the thread that detects (the engine's processing thread).
+
+    Attributes:
+        turns: the turns (degrees clockwise, of :data:`ANGLES`) at which the last full sweep
+            kept faces, and ``faces``, how many it kept (upright ones too). A phone clip whose
+            pictures are stored on their side (the display matrix turns them for the viewer)
+            has every face rolled a quarter turn: each frame then needs the sweep, and trying
+            these turns first saves the other six detector passes (:func:`detect_rotated`).
     """
 
     def __init__(self, every: int = SWEEP_EVERY, idle: int = IDLE_FRAMES) -> None:
@@ -172,6 +180,8 @@ class SweepPacer:
         self.idle = max(1, int(idle))
         self._last: int | None = None  # the index of the last frame where a face was found
         self._first: int | None = None  # the first index seen since the last reset
+        self.turns: tuple[int, ...] = ()
+        self.faces = 0
 
     def skip(self, index: int) -> bool:
         """Whether the faceless frame ``index`` goes without a sweep."""
@@ -187,8 +197,15 @@ class SweepPacer:
         if any_face:
             self._last = index
 
+    def full_sweep(self, index: int) -> bool:
+        """Whether frame ``index`` sweeps every turn even when :attr:`turns` find its faces:
+        every :data:`SWEEP_EVERY`-th frame, so that a face appearing at another turn is found
+        within about a quarter second at 30 fps."""
+        return not self.turns or index % self.every == 0
+
     def reset(self) -> None:
         self._last = self._first = None
+        self.turns, self.faces = (), 0
 
 
 def _rank(face: Face, roll_in_view: float) -> tuple[int, float]:
@@ -220,7 +237,10 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
         dropped: when given, detections dropped because their landmarks do not fit a face (and
             overlapping no kept face) are appended, with why.
         pacer: a video's :class:`SweepPacer`: in ``auto``, a frame where the upright pass found
-            no face sweeps the turns only when it says so (``None``: every such frame).
+            no face sweeps the turns only when it says so (``None``: every such frame), and a
+            sweep tries its :attr:`~SweepPacer.turns` first: when they and the upright pass give
+            as many faces as the last full sweep, all seen near upright (:func:`_steady`), the
+            other turns are not tried (except on :meth:`~SweepPacer.full_sweep` frames).
         index: the frame's index in the video (for ``pacer``).
 
     Returns:
@@ -235,28 +255,63 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
         return faces
     h, w = host_frame(frame).shape[:2]
     seen = [(f, roll_degrees(f)) for f in faces]
-    for angle in ANGLES:
-        seen += [(unrotate_face(f, angle, (w, h)), roll_degrees(f))
-                 for f in detect(rotate_frame(frame, angle))]
-    kept: list[Face] = []
+
+    def look(angle: int) -> None:
+        seen.extend((unrotate_face(f, angle, (w, h)), roll_degrees(f))
+                    for f in detect(rotate_frame(frame, angle)))
+
+    turns = list(ANGLES)
+    if paced is not None and not paced.full_sweep(index):
+        for angle in paced.turns:
+            look(angle)
+            turns.remove(angle)
+        kept, misfits = _keep(seen)
+        if len(kept) >= max(1, paced.faces) and all(_steady(f, roll) for f, roll in kept):
+            return _done(kept, misfits, dropped, paced, index)
+    for angle in turns:
+        look(angle)
+    kept, misfits = _keep(seen)
+    if paced is not None:
+        paced.turns = tuple(a for a in ANGLES if any(f.angle == a for f, _ in kept))
+        paced.faces = len(kept)
+    return _done(kept, misfits, dropped, paced, index)
+
+
+def _steady(face: Face, roll: float) -> bool:
+    """Whether a kept face was seen near enough upright that the other turns would not see it
+    better: within :data:`ROLLED_DEGREES` upright (as :func:`needs_sweep` asks), within
+    :data:`RELIABLE_ROLL` at a turn."""
+    return abs(roll) <= (ROLLED_DEGREES if face.angle == 0 else RELIABLE_ROLL)
+
+
+def _keep(seen: list[tuple[Face, float]]
+          ) -> tuple[list[tuple[Face, float]], list[SkippedFace]]:
+    """The faces kept from every pass's detections (each with its roll as the detector saw it),
+    best first, and the detections dropped because their landmarks do not fit a face."""
+    kept: list[tuple[Face, float]] = []
     misfits = []
     for face, roll in sorted(seen, key=lambda fr: _rank(*fr)):
-        if any(overlap(face.bbox, g.bbox) >= OVERLAP for g in kept):
+        if any(overlap(face.bbox, g.bbox) >= OVERLAP for g, _ in kept):
             continue  # the same face seen worse, or a false one in it
         why = None if (face.angle == 0 and abs(roll) <= RELIABLE_ROLL) else plausible_face(face)
         if why is not None:
             misfits.append(SkippedFace(face.bbox, f"its landmarks do not fit a face ({why})",
                                        face.angle, face.score))
             continue
-        kept.append(face)
+        kept.append((face, roll))
+    return kept, misfits
+
+
+def _done(kept: list[tuple[Face, float]], misfits: list[SkippedFace],
+          dropped: list[SkippedFace] | None, paced: SweepPacer | None, index: int) -> list[Face]:
+    """The kept faces left to right; the misfits overlapping none of them reported."""
+    faces = sorted((f for f, _ in kept), key=lambda f: float(f.bbox[0] + f.bbox[2]))
     if dropped is not None:
         dropped += [m for m in misfits
-                    if not any(overlap(m.bbox, g.bbox) >= OVERLAP for g in kept)]
-    kept.sort(key=lambda f: float(f.bbox[0] + f.bbox[2]))
+                    if not any(overlap(m.bbox, g.bbox) >= OVERLAP for g in faces)]
     if paced is not None:
-        paced.found(index, bool(kept))
-    return kept
-
+        paced.found(index, bool(faces))
+    return faces
 
 __all__ = ["ANGLES", "IDLE_FRAMES", "OVERLAP", "QUARTER_TURNS", "RELIABLE_ROLL", "ROLLED_DEGREES",
            "SWEEP_EVERY",

@@ -302,6 +302,20 @@ def test_the_job_key_follows_what_decides_the_pixels(tmp_path: Path, t1_path: Pa
     assert job_changes(base, job_key(EngineSpec(EngineConfig(engine="classic"), copy),
                                       VideoOptions())) == ["the face photo"]
     assert job_changes("k1", "k2") == []
+    # a review: --device cuda against auto, or a relative --models-dir against its absolute
+    # path, made a season again; another models folder is another job
+    neural = EngineSpec(EngineConfig(engine="neural", models_dir="models"), astronaut_path)
+    key = job_key(neural, VideoOptions())
+    for same_job in (EngineConfig(engine="neural", models_dir="models", device="cuda:1"),
+                     EngineConfig(engine="neural", models_dir=str(Path("models").resolve()))):
+        assert job_key(EngineSpec(same_job, astronaut_path), VideoOptions()) == key
+    other = EngineConfig(engine="neural", models_dir=str(tmp_path))
+    assert job_changes(key, job_key(EngineSpec(other, astronaut_path), VideoOptions())) == [
+        "the engine settings"]
+    # a record from before, whose settings' part was "engine": not remade for its settings
+    old = ";".join(p.replace("settings=", "engine=") for p in base.split(";"))
+    assert job_changes(old, job_key(EngineSpec(other, astronaut_path), VideoOptions())) == []
+    assert job_changes(old, job_key(spec, VideoOptions(crf=23))) == ["the video options"]
 
 
 class _FailsOnce(_Counted):

@@ -118,7 +118,7 @@ def changed_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output
     return (entry.get("size"), entry.get("mtime_ns")) != (st.st_size, st.st_mtime_ns)
 
 
-PIXEL_PARTS = ("engine", "photos", "video")
+PIXEL_PARTS = ("settings", "photos", "video")
 """The parts of a job key that change an output's pixels: another livefuse version or chunk
 length does not make a season's finished outputs again."""
 

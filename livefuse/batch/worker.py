@@ -59,10 +59,13 @@ class EngineSpec:
         return engine
 
 
-JOB_PARTS = {"version": "the livefuse version", "engine": "the engine settings",
+JOB_PARTS = {"version": "the livefuse version", "settings": "the engine settings",
              "photos": "the face photo", "video": "the video options",
              "chunks": "--chunk-seconds"}
-"""The parts of a :func:`job_key`, and how a sentence names each."""
+"""The parts of a :func:`job_key`, and how a sentence names each. Records written before the
+device and the models folder's spelling were taken out of the settings called this part
+``engine``: :func:`job_changes` compares only the parts both keys have, so such an output is
+not made again for its settings (its face photo and video options are still compared)."""
 
 
 def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None = None) -> str:
@@ -88,13 +91,32 @@ def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None =
 
     parts: dict[str, object] = {
         "version": __version__,
-        "engine": [repr(spec.config), repr(spec.cache), spec.source_face_index],
+        "settings": [_pixel_settings(spec.config), repr(spec.cache), spec.source_face_index],
         "photos": [stamp(spec.source), stamp(spec.reference)],
         "video": [video.encoder, video.crf],
         "chunks": chunk_seconds,
     }
     return ";".join(f"{name}={hashlib.sha256(json.dumps(value).encode()).hexdigest()[:8]}"
                     for name, value in parts.items())
+
+
+def _pixel_settings(config: EngineConfig) -> str:
+    """The engine settings as they decide the pixels: ``device`` left out (``auto`` against
+    ``cuda`` on one GPU, or another GPU, is the same job: a review found that either remade a
+    season of outputs) and the models folder as the absolute folder it names (a relative
+    ``--models-dir``, its absolute path and the default one given by name are one folder)."""
+    from dataclasses import replace
+
+    from livefuse.errors import ConfigError
+    from livefuse.models.catalog import models_dir
+
+    folder = None
+    if config.engine != "classic":
+        try:
+            folder = str(models_dir(config.models_dir).resolve())
+        except (ConfigError, OSError):
+            folder = config.models_dir
+    return repr(replace(config, device="", models_dir=folder))
 
 
 def job_changes(before: str, now: str) -> list[str]:

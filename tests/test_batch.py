@@ -899,6 +899,32 @@ def test_a_damaged_source_photo_is_the_only_line_before_any_engine(
     assert captured.out == "" and not (tmp_path / "o").exists()
 
 
+def test_a_source_without_a_face_is_refused_before_rays_start_up(
+        tmp_path: Path, t1_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: on Ray, a source photo with no face was found by the workers, after
+    the cluster's start-up (14 s on 2 cores, against 2.4 s for ``run``). The classic engine is
+    built once before, and the batch never starts."""
+    import cv2
+    import numpy as np
+
+    import livefuse.batch.executor as executor
+    from livefuse.cli import main
+
+    def no_cluster(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Ray's workers started for a source with no face")
+
+    monkeypatch.setattr(executor, "ray_available", lambda: True)
+    monkeypatch.setattr(executor, "RayPool", no_cluster)
+    plain = tmp_path / "plain.png"
+    cv2.imwrite(str(plain), np.full((200, 200, 3), 128, np.uint8))
+    assert main(["batch", str(t1_path), "-o", str(tmp_path / "o"), "-s", str(plain), "-q",
+                 "--engine", "classic"]) == 2
+    err = capsys.readouterr().err
+    assert f"no face in source '{plain}'" in err and "[batch] workers" not in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_video_of_one_and_a_half_chunks_or_more_is_cut(tmp_path: Path) -> None:
     """A new user's trial: a 30 s video beside a 3 s clip on two workers got 16.5 s chunks
     (auto) and, being under two of them, ran whole on one worker while the other idled (64 s

@@ -195,6 +195,15 @@ class Progress:
         self.bar.close()
 
 
+def runs_on_ray(opts: BatchOptions) -> bool:
+    """Whether :func:`make_pool` gives Ray's workers for ``opts`` (``--executor ray``,
+    ``--address``, or ``auto`` with Ray installed)."""
+    from livefuse.batch.executor import ray_available
+
+    return opts.executor != "local" and (
+        opts.executor == "ray" or opts.address is not None or ray_available())
+
+
 def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
               most: int | None = None, device: str | None = None
               ) -> tuple[WorkerPool, list[str]]:
@@ -218,7 +227,6 @@ def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
         notes.append(f"--workers {opts.workers}: this batch makes {most} unit"
                      f"{'s' if most != 1 else ''} of work, so {most} worker"
                      f"{'s' if most != 1 else ''} started")
-    want_ray = opts.executor == "ray" or opts.address is not None
     ray_only = [name for name, value in (("--address", opts.address),
                                          ("--gpus-per-worker", opts.gpus_per_worker),
                                          ("--cpus-per-worker", opts.cpus_per_worker))
@@ -226,7 +234,7 @@ def make_pool(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
     if opts.executor == "local" and ray_only:  # accepted and ignored would be a lie
         raise LivefuseError(f"{', '.join(ray_only)}: only for Ray's workers; --executor local "
                             "runs the items in this process")
-    if opts.executor == "local" or (not want_ray and not ray_available()):
+    if not runs_on_ray(opts):
         if ray_only:
             notes.append(f"{', '.join(ray_only)}: not used: Ray's workers take them, and "
                          "without Ray the items run in this process")

@@ -789,6 +789,34 @@ def test_a_cut_input_says_it_ended_early_whole_or_in_chunks(
     assert "input ended early" in cut.incomplete[0].incomplete
 
 
+@pytest.mark.parametrize("chunk_seconds", [None, 1.0])
+def test_a_damaged_stretch_in_the_middle_is_not_an_early_end(
+        tmp_path: Path, chunk_seconds: float | None) -> None:
+    """A new user's trial: "input ended early: 245 of 300 frames" for a file whose frames after
+    a damaged stretch, to its end, were in the output."""
+    from fractions import Fraction
+
+    import numpy as np
+    from clips import write_clip
+
+    rng = np.random.default_rng(0)
+    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(240)]
+    (tmp_path / "in").mkdir()
+    clip = write_clip(tmp_path / "in" / "holed.mp4", list(range(240)), Fraction(1, 30),
+                      Fraction(30), audio_tracks=0, pictures=noise,
+                      options={"movflags": "faststart"})
+    data = bytearray(clip.read_bytes())
+    a, b = int(len(data) * 0.45), int(len(data) * 0.6)
+    data[a:b] = bytes(b - a)
+    clip.write_bytes(bytes(data))
+    summary = run_batch(_opts(tmp_path / "in", tmp_path / "out", chunk_seconds=chunk_seconds),
+                        marking_engine, quiet=True)
+    assert [r.status for r in summary.incomplete] == ["done"]
+    why = summary.incomplete[0].incomplete
+    assert why is not None and " of 240 frames could not be decoded, no frame for " in why, why
+    assert "ended early" not in why
+
+
 @pytest.mark.parametrize("ext", ["mp4", "mkv"])
 @pytest.mark.parametrize("chunk_seconds", [None, 1.0])
 def test_a_hole_in_the_timestamps_is_damage_and_a_stall_is_not(

@@ -289,6 +289,44 @@ def test_a_truncated_video_keeps_its_frames_says_so_and_exits_3(
     assert _parts(tmp_path) == []
 
 
+def _holed(clip: Path, share: float = 0.15) -> Path:
+    """``clip`` with ``share`` of its bytes zeroed in the middle: the decoder skips a stretch
+    and goes on to the end."""
+    data = bytearray(clip.read_bytes())
+    a = int(len(data) * 0.45)
+    b = a + int(len(data) * share)
+    data[a:b] = bytes(b - a)
+    clip.write_bytes(bytes(data))
+    return clip
+
+
+@pytest.mark.parametrize(("ext", "share"), [("mp4", 0.15), ("mkv", 0.15), ("mp4", 0.01)])
+def test_a_damaged_stretch_in_the_middle_is_not_an_early_end(
+        tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, ext: str, share: float) -> None:
+    """A new user's trial: a file with a damaged stretch in the middle was reported as "input
+    ended early: 245 of 300 frames: the data after that could not be read", while the frames
+    after the stretch, to the file's end, were in the output. Matroska declares no frame
+    count, and its demuxer resyncs: the hole in the timestamps tells it. One bad packet (a
+    frame lost) is named by the decoder's own error, not as the file's end."""
+    clip = _holed(_faststart_clip(tmp_path / f"holed.{ext}", 150), share)
+    out = tmp_path / "out.mp4"
+    monkeypatch.setattr("livefuse.engine.Engine", lambda *a, **k: _Sourced())
+    assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(clip), "-o",
+                 str(out)]) == EXIT_INCOMPLETE
+    captured = capsys.readouterr()
+    kept = len(read_frames(out))
+    with av.open(str(out)) as c:
+        last = max(float(f.time) for f in c.decode(video=0))
+    assert 100 < kept < 150 and last > 4.5  # the frames after the stretch, to the end
+    said = "input damaged: 1 part(s) could not be decoded (" if share < 0.1 else \
+        f"input damaged: {150 - kept} of 150 frames could not be decoded, no frame for " \
+        if ext == "mp4" else "input damaged: no frame for "
+    assert said in captured.out and said in captured.err
+    assert "ended early" not in captured.out + captured.err
+    assert "the data after that" not in captured.out + captured.err
+
+
 def test_live_on_a_truncated_video_says_so_in_a_sentence_and_exits_3(
         tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A new user's trial: `live --video` on a cut file printed a raw errno and exited 0."""

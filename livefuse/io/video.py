@@ -361,6 +361,8 @@ class _Decoder:
         self.nudged = 0
         self.bad_packets = 0
         self.error: str | None = None
+        self._error_at = 0  # frames decoded when the last packet failed
+        self._error_plain: str | None = None  # its error, not worded as the end of the input
         self.first_pts: int | None = None
         self.last_pts: int | None = None
         self.gap = (0, 0)  # the longest step between two written frames, and where (ticks)
@@ -385,7 +387,8 @@ class _Decoder:
             if self.decoded == 0 and self.opened.decoder == "NVDEC":
                 raise _NvdecRefused(plain_av_error(exc)) from exc
             self.bad_packets += 1
-            self.error = self._stopped_by(exc)
+            self.error, self._error_at = self._stopped_by(exc), self.decoded
+            self._error_plain = plain_av_error(exc)
             return []
 
     def _stopped_by(self, exc: BaseException) -> str:
@@ -473,12 +476,15 @@ class _Decoder:
         covered = None
         if self.last_pts is not None and self.first_pts is not None:
             covered = (self.last_pts - self.first_pts) * self.tb + 1 / self.rate
-        why = incomplete_reason(self.decoded, declared, duration, covered, self.rate,
-                                self.error, self.bad_packets)
-        if why is not None:
-            return why
         start = self.first_pts or 0
         gap, at = self.gap[0] * self.tb, (self.gap[1] - start) * self.tb
+        # frames decoded after the last bad packet: the input did not end there
+        error = self._error_plain if self.decoded > self._error_at and \
+            self._error_plain is not None else self.error
+        why = incomplete_reason(self.decoded, declared, duration, covered, self.rate,
+                                error, self.bad_packets, hole=(gap, at))
+        if why is not None:
+            return why
         hole = gap_reason(gap, at, self.rate)
         if hole is not None and sound_goes_on(self.sound, self.gap[1] * self.tb,
                                               (self.gap[1] + self.gap[0]) * self.tb):
@@ -544,7 +550,8 @@ def paused_note(gap: Fraction, at: Fraction) -> str:
 
 def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
                       covered: Fraction | None, rate: Fraction, error: str | None = None,
-                      bad_packets: int = 0) -> str | None:
+                      bad_packets: int = 0,
+                      hole: tuple[Fraction, Fraction] | None = None) -> str | None:
     """Why a video gave fewer frames than its container declares, or ``None``.
 
     Args:
@@ -553,9 +560,19 @@ def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
         covered: seconds the decoded frames cover (first to last, plus one frame).
         error: the decoding error that stopped or interrupted it, if any.
         bad_packets: packets that could not be decoded and were skipped.
+        hole: the longest step between two decoded frames and where it starts (s from the
+            first frame). When it holds at least half the missing frames, the input did not end
+            early: a stretch in the middle was lost (a new user's trial read "input ended
+            early: 245 of 300 frames" for a file whose last 3 s were in the output).
     """
     missing = declared - decoded
     if declared > 0 and missing > max(1, declared * EARLY_END_TOLERANCE):
+        if hole is not None and gap_reason(hole[0], hole[1], rate) is not None and \
+                round(hole[0] * rate) - 1 >= missing / 2:
+            minutes, seconds = divmod(float(hole[1]), 60)
+            return (f"input damaged: {missing} of {declared} frames could not be decoded, no "
+                    f"frame for {float(hole[0]):.1f} s after {int(minutes)}:{seconds:05.2f} (a "
+                    "damaged stretch); the output shows the frame before it that long")
         why = f": {error}" if error else ""
         return f"input ended early: {decoded} of {declared} frames{why}"
     if declared <= 0 and duration and covered is not None and \

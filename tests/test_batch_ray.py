@@ -63,12 +63,16 @@ def ray_cluster() -> Iterator[str]:
     assert start_ray(None, num_cpus=2, num_gpus=2, object_store_bytes=80 * 2**20)
     import ray
 
-    session = Path(ray._private.worker._global_node.get_session_dir_path()).name
+    folder = Path(ray._private.worker._global_node.get_session_dir_path())
+    session = folder.name
+    # a temporary folder of its own, not /tmp/ray, where every session's stays
+    assert folder.parent.name.startswith("livefuse-ray-")
     try:
         yield session
     finally:
         stop_ray()
         assert _wait_gone(session) == [], "Ray processes left after the tests"
+        assert not folder.parent.exists(), "the session folder was left"
 
 
 @pytest.fixture(scope="module")
@@ -156,8 +160,10 @@ def test_address_joins_a_running_cluster_and_leaves_it_running(
 
 
 def _ray_sessions() -> set[str]:
-    root = Path("/tmp/ray")
-    return {p.name for p in root.glob("session_2*")} if root.is_dir() else set()
+    """The embedded clusters' session folders (livefuse's own, removed when it stops) and
+    Ray's default ones (kept)."""
+    root = Path("/tmp")
+    return {str(p) for p in [*root.glob("livefuse-ray-*"), *root.glob("ray/session_2*")]}
 
 
 @pytest.mark.parametrize("sig, code, chunks", [(signal.SIGINT, 130, "0"),
@@ -189,6 +195,11 @@ def test_ctrl_c_cancels_every_task_cleans_up_and_leaves_no_ray_process(
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()
     assert list(out.rglob("*livefuse-part*")), "the batch never started writing"
+    # the command's own embedded cluster (another Ray user on the machine may start sessions
+    # meanwhile: only one of livefuse's, holding a session named after the process, is it)
+    new = {name for name in _ray_sessions() - before if "/livefuse-ray-" in name and
+           any(s.name.endswith(f"_{proc.pid}") for s in Path(name).glob("session_2*"))}
+    assert len(new) == 1, (new, _ray_sessions() - before, proc.pid)
     os.killpg(proc.pid, sig)
     try:
         _, err = proc.communicate(timeout=STOP_TIMEOUT_S)
@@ -204,11 +215,9 @@ def test_ctrl_c_cancels_every_task_cleans_up_and_leaves_no_ray_process(
         assert p.parent.parent == out / CHUNK_DIR, left
         listed = json.loads((p.parent / MANIFEST).read_text())["done"]
         assert p.name == MANIFEST or p.name in {f"chunk-{int(k):04d}.mp4" for k in listed}, left
-    # the command's own embedded cluster, named after the process that started it (another
-    # Ray user on the machine may start sessions meanwhile)
-    new = {name for name in _ray_sessions() - before if name.endswith(f"_{proc.pid}")}
-    assert len(new) == 1, (new, _ray_sessions() - before, proc.pid)
-    assert _wait_gone(new.pop()) == []
+    session = new.pop()
+    assert _wait_gone(session) == []
+    assert not Path(session).exists(), "its session folder was left"
 
 
 def test_a_cpu_share_no_machine_has_is_refused_not_waited_for(ray_cluster: str) -> None:
@@ -376,3 +385,32 @@ def test_an_embedded_cluster_a_signal_has_hit_is_killed_not_shut_down(
     pool._cluster = [os.getpid(), gone.pid] if ended else [os.getpid()]
     pool.close()
     assert calls == (["kill"] if ended else ["shutdown"])
+
+
+def test_a_batch_that_ends_as_it_should_shuts_its_cluster_down(
+        ray_cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cluster's processes noted at the start included Ray's idle worker that became the
+    actor, whose process ends when the pool kills its actors: every finished batch was taken
+    for one a signal had hit, its processes killed instead of shut down, its session folder
+    left, and the command's exit waited 5 s on the dead GCS. Only the GCS and raylet count."""
+    import psutil
+
+    from livefuse.batch import executor
+    from livefuse.testing.stub_engine import marking_engine
+
+    everything = executor._ray_processes_since(0.0)  # the shared cluster's, and its workers'
+    core = executor._cluster_core(everything)
+    assert sorted(psutil.Process(p).name() for p in core) == ["gcs_server", "raylet"]
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    calls: list[str] = []
+    monkeypatch.setattr(executor, "start_ray", lambda address=None: True)  # as if it started
+    monkeypatch.setattr(executor, "_ray_processes_since", lambda t0: [*core, worker.pid])
+    monkeypatch.setattr(executor, "stop_ray", lambda: calls.append("shutdown"))
+    monkeypatch.setattr(executor, "_kill_and_wait",
+                        lambda pids, timeout, grace=0.0: calls.append("kill") or True)
+    monkeypatch.setattr(executor, "_remove_session_dirs", lambda: calls.append("removed"))
+    pool = executor.RayPool(marking_engine, workers=1, cpus_per_worker=0.25)
+    worker.kill()  # as the actor's process ends when the pool kills it
+    worker.wait()
+    pool.close()
+    assert calls == ["shutdown"]

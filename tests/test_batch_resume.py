@@ -19,7 +19,7 @@ from clips import audio_packets, frame_times, ntsc_clip
 from livefuse.batch.plan import CHUNK_DIR
 from livefuse.batch.resume import MANIFEST
 from livefuse.batch.runner import BatchOptions, run_batch
-from livefuse.batch.worker import EngineSpec, job_changes, job_key
+from livefuse.batch.worker import EngineSpec, _pixel_settings, job_changes, job_key, same_job
 from livefuse.config import EngineConfig
 from livefuse.io.video import VideoOptions
 from livefuse.testing.stub_engine import MarkingEngine
@@ -239,6 +239,30 @@ def test_a_damaged_chunk_is_processed_again(long_clip: Path, tmp_path: Path,
     assert not written & {i for k in done[1:] for i in range(k * 30, k * 30 + 30)}
 
 
+def test_chunks_kept_under_a_key_spelt_otherwise_are_reused_and_an_older_key_is_said(
+        long_clip: Path, tmp_path: Path, astronaut_path: Path) -> None:
+    """``--device cuda`` against ``auto`` on one GPU is the same job: an interrupted video's
+    chunks are reused. Chunks an older livefuse recorded under a key with other parts are not,
+    and the note says so instead of naming settings that did not change (a review)."""
+    from livefuse.batch import resume
+    from livefuse.batch.plan import Item
+    from livefuse.swap.neural_engine import resolve_device
+
+    item = Item(long_clip, tmp_path / "out" / "long.mp4", "video", 240, 8.0)
+
+    def key(device: str) -> str:
+        return job_key(EngineSpec(EngineConfig(engine="neural", device=device), astronaut_path),
+                       VideoOptions())
+
+    resume.start(item, key("auto"), [])
+    assert resume._read_why(item, key(resolve_device("auto")))[1] == ""
+    old = ";".join(p for p in key("auto").split(";") if not p.startswith("settings="))
+    resume.start(item, old, [])
+    data, why = resume._read_why(item, key("auto"))
+    assert data is None and why == ("they were made by a livefuse that recorded their "
+                                    "settings otherwise")
+
+
 @pytest.mark.parametrize("manifest", ["not json", "[]", '{"format": 2}', ""])
 def test_a_manifest_that_cannot_be_read_discards_the_folder(long_clip: Path, tmp_path: Path,
                                                             manifest: str) -> None:
@@ -303,20 +327,30 @@ def test_the_job_key_follows_what_decides_the_pixels(tmp_path: Path, t1_path: Pa
                                       VideoOptions())) == ["the face photo"]
     assert job_changes("k1", "k2") == []
     # a review: --device cuda against auto, or a relative --models-dir against its absolute
-    # path, made a season again; another models folder is another job
-    neural = EngineSpec(EngineConfig(engine="neural", models_dir="models"), astronaut_path)
-    key = job_key(neural, VideoOptions())
-    for same_job in (EngineConfig(engine="neural", models_dir="models", device="cuda:1"),
-                     EngineConfig(engine="neural", models_dir=str(Path("models").resolve()))):
-        assert job_key(EngineSpec(same_job, astronaut_path), VideoOptions()) == key
-    other = EngineConfig(engine="neural", models_dir=str(tmp_path))
-    assert job_changes(key, job_key(EngineSpec(other, astronaut_path), VideoOptions())) == [
-        "the engine settings"]
-    # a record from before, whose settings' part was "engine": not remade for its settings
-    old = ";".join(p.replace("settings=", "engine=") for p in base.split(";"))
-    assert job_changes(old, job_key(EngineSpec(other, astronaut_path), VideoOptions())) == []
-    assert job_changes(old, job_key(spec, VideoOptions(crf=23))) == ["the video options"]
+    # path, made a season again; a device of another kind or precision, or another models
+    # folder, is another job
+    from livefuse.swap.neural_engine import resolve_device
 
+    def key(**settings: Any) -> str:
+        return job_key(EngineSpec(EngineConfig(engine="neural", **settings), astronaut_path),
+                       VideoOptions())
+
+    here = key(models_dir="models")
+    assert same_job(key(models_dir=str(Path("models").resolve())), here)
+    assert same_job(key(models_dir="models", device=resolve_device("auto")), here)
+    assert same_job(key(device="cuda:0"), key(device="cuda"))  # the kind, not the index
+    assert same_job(key(device="cpu", precision="fp32"), key(device="cpu"))  # auto: fp32
+    assert job_changes(key(device="cpu"), key(device="cpu", precision="fp16")) == [
+        "the engine settings"]
+    assert job_changes(here, key(models_dir=str(tmp_path))) == ["the engine settings"]
+    # the default folder is not keyed by the user's home it is in
+    assert "models_dir=None" in _pixel_settings(EngineConfig(engine="neural"))
+    # a record from before "settings": its settings are compared as it hashed them
+    old = ";".join(p for p in base.split(";") if not p.startswith("settings="))
+    assert job_changes(old, base) == [] and same_job(old, base) is None
+    other = EngineSpec(EngineConfig(engine="classic", blend="seamless"), astronaut_path)
+    assert job_changes(old, job_key(other, VideoOptions())) == ["the engine settings"]
+    assert job_changes(old, job_key(spec, VideoOptions(crf=23))) == ["the video options"]
 
 class _FailsOnce(_Counted):
     """Marking engines whose process raises on frame ``bad`` (a bad stretch of the input, or a

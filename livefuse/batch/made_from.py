@@ -118,9 +118,10 @@ def changed_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output
     return (entry.get("size"), entry.get("mtime_ns")) != (st.st_size, st.st_mtime_ns)
 
 
-PIXEL_PARTS = ("settings", "photos", "video")
-"""The parts of a job key that change an output's pixels: another livefuse version or chunk
-length does not make a season's finished outputs again."""
+PIXEL_PARTS = ("settings", "engine", "photos", "video")
+"""The parts of a job key that change an output's pixels (``engine``: the settings of a record
+from before ``settings``): another livefuse version or chunk length does not make a season's
+finished outputs again."""
 
 
 def made_otherwise(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path,

@@ -70,9 +70,12 @@ def _read_why(item: Item, job: str) -> tuple[dict[str, Any] | None, str]:
         return None, UNREADABLE
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None, "their list of chunks is of another livefuse version"
-    if data.get("job") != job:
-        from livefuse.batch.worker import job_changes
+    from livefuse.batch.worker import job_changes, same_job
 
+    same = same_job(str(data.get("job")), job)
+    if same is None:
+        return None, "they were made by a livefuse that recorded their settings otherwise"
+    if not same:
         changed = job_changes(str(data.get("job")), job)
         return None, ("they were made with other settings: " + (
             ", ".join(changed) if changed else "face photo, engine, video options or "

@@ -60,12 +60,11 @@ class EngineSpec:
 
 
 JOB_PARTS = {"version": "the livefuse version", "settings": "the engine settings",
-             "photos": "the face photo", "video": "the video options",
-             "chunks": "--chunk-seconds"}
-"""The parts of a :func:`job_key`, and how a sentence names each. Records written before the
-device and the models folder's spelling were taken out of the settings called this part
-``engine``: :func:`job_changes` compares only the parts both keys have, so such an output is
-not made again for its settings (its face photo and video options are still compared)."""
+             "engine": "the engine settings", "photos": "the face photo",
+             "video": "the video options", "chunks": "--chunk-seconds"}
+"""The parts of a :func:`job_key`, and how a sentence names each. ``engine`` is the settings as
+records written before ``settings`` existed hashed them (their repr, the device and the models
+folder as spelt); :func:`job_changes` compares it only with such a record."""
 
 
 def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None = None) -> str:
@@ -74,6 +73,8 @@ def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None =
     quality, and ``--chunk-seconds`` (``None``: chosen from the workers). An interrupted
     batch's finished chunks are reused only under the same key (:mod:`livefuse.batch.resume`),
     so a rerun with another face or setting starts over.
+
+    For the neural engine this imports torch (to resolve ``auto`` device and precision).
 
     Returns:
         ``part=hex;...`` for each of :data:`JOB_PARTS` (8 hex digits of SHA-256 each), so a
@@ -92,6 +93,7 @@ def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None =
     parts: dict[str, object] = {
         "version": __version__,
         "settings": [_pixel_settings(spec.config), repr(spec.cache), spec.source_face_index],
+        "engine": [repr(spec.config), repr(spec.cache), spec.source_face_index],
         "photos": [stamp(spec.source), stamp(spec.reference)],
         "video": [video.encoder, video.crf],
         "chunks": chunk_seconds,
@@ -101,32 +103,56 @@ def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None =
 
 
 def _pixel_settings(config: EngineConfig) -> str:
-    """The engine settings as they decide the pixels: ``device`` left out (``auto`` against
-    ``cuda`` on one GPU, or another GPU, is the same job: a review found that either remade a
-    season of outputs) and the models folder as the absolute folder it names (a relative
-    ``--models-dir``, its absolute path and the default one given by name are one folder)."""
-    from dataclasses import replace
+    """The engine settings as they decide the pixels. The device as the kind it resolves to
+    (``cpu`` or ``cuda``) and the precision as resolved on it: ``auto`` against ``cuda``, or
+    ``cuda:1``, is the same job (a review found that either remade a season of outputs), while
+    a CPU, or a GPU that runs another precision, is not. An explicit models folder as the
+    absolute folder it names (a relative ``--models-dir`` and its absolute path are one); the
+    default one as ``None``, whatever user's home it is in. The classic engine reads neither."""
+    from livefuse.precision import DeviceInfo, probe_device, resolve_precision
+    from livefuse.swap.neural_engine import resolve_device
 
-    from livefuse.errors import ConfigError
-    from livefuse.models.catalog import models_dir
+    if config.engine == "classic":
+        return repr(replace(config, device="", models_dir=None))
+    device = resolve_device(config.device)
+    try:
+        info = probe_device(device)
+    except Exception:  # a GPU index this machine lacks: the engine's build will say so
+        info = DeviceInfo(kind=device.split(":")[0])
+    precision, _ = resolve_precision(config.precision, info)
+    folder = None if config.models_dir is None else \
+        str(Path(config.models_dir).expanduser().resolve())
+    return repr(replace(config, device=info.kind, precision=precision,  # type: ignore[arg-type]
+                        models_dir=folder))
 
-    folder = None
-    if config.engine != "classic":
-        try:
-            folder = str(models_dir(config.models_dir).resolve())
-        except (ConfigError, OSError):
-            folder = config.models_dir
-    return repr(replace(config, device="", models_dir=folder))
+
+def _parts(key: str) -> dict[str, str]:
+    return dict(p.split("=", 1) for p in key.split(";") if "=" in p)
 
 
 def job_changes(before: str, now: str) -> list[str]:
     """What differs between two :func:`job_key` values, in words (empty when a key is not of
-    that form: all that is known then is that they differ)."""
-    def split(key: str) -> dict[str, str]:
-        return dict(p.split("=", 1) for p in key.split(";") if "=" in p)
+    that form: all that is known then is that they differ). The settings are compared as
+    ``settings`` when both keys have it, else as ``engine`` (a record from before)."""
+    a, b = _parts(before), _parts(now)
+    skip = "engine" if "settings" in a and "settings" in b else "settings"
+    changed = [JOB_PARTS[k] for k in JOB_PARTS
+               if k != skip and k in a and k in b and a[k] != b[k]]
+    return list(dict.fromkeys(changed))
 
-    a, b = split(before), split(now)
-    return [JOB_PARTS[k] for k in JOB_PARTS if k in a and k in b and a[k] != b[k]]
+
+def same_job(before: str, now: str) -> bool | None:
+    """Whether two :func:`job_key` values are the same job (:func:`job_changes` finds nothing);
+    ``None`` when they cannot be compared part by part (one from a livefuse whose key had
+    other parts)."""
+    if before == now:
+        return True
+    a, b = _parts(before), _parts(now)
+    if not a or not b:
+        return False
+    if set(a) != set(b):
+        return None
+    return not job_changes(before, now)
 
 
 @dataclass
@@ -380,4 +406,4 @@ class BatchWorker:
 
 
 __all__ = ["CODEC_THREADS_PER_CPU", "BatchWorker", "EngineSpec", "UnitResult", "WorkerInfo",
-           "WorkerStats", "codec_threads", "job_changes", "job_key"]
+           "WorkerStats", "codec_threads", "job_changes", "job_key", "same_job"]

@@ -250,6 +250,37 @@ def test_a_phone_clip_stored_on_its_side_is_searched_at_its_turn_first() -> None
                                 else [0, 270])
 
 
+def test_a_turn_tried_first_gives_way_to_every_turn_when_its_face_is_not_the_last_ones(
+        ) -> None:
+    """A review: a phone turned over puts the face at the opposite turn, and the turn tried
+    first sees a false face in it (issue 15's upside-down mouth, scoring 0.04), which the full
+    sweep drops for the face seen upright at the other turn; a face the turn tried first sees
+    at 40 degrees is seen better at the next turn. Both frames try every turn."""
+    size = (400, 300)
+    frame = np.random.default_rng(2).integers(0, 256, (300, 400, 3), np.uint8)
+    lying = _face(150, 150, 100, 0.9, roll=90)
+    pacer = SweepPacer()
+    for index in range(1, 4):  # found at 270, then tried first
+        detect = _Scripted({270: [_in_turn(lying, 270, size)]}, frame)
+        detect_rotated(detect, frame, "auto", pacer=pacer, index=index)
+    assert detect.asked == [0, 270]
+    # turned over: the face lies the other way; at 270 only a false face, upside down in it
+    other_way = _face(150, 150, 100, 0.9, roll=-90)
+    false = _face(150, 165, 60, 0.04, roll=90)  # seen upright at 270, like a face
+    detect = _Scripted({90: [_in_turn(other_way, 90, size)],
+                        270: [_in_turn(false, 270, size)]}, frame)
+    faces = detect_rotated(detect, frame, "auto", pacer=pacer, index=4)
+    assert detect.asked == [0, 270, 45, 315, 90, 135, 225, 180]
+    assert [(f.angle, f.score) for f in faces] == [(90, 0.9)]
+    # the turn tried first (now 90) sees the face rolled 40 degrees: 45 sees it better
+    tilted = _face(150, 150, 100, 0.9, roll=-50)
+    detect = _Scripted({90: [_in_turn(tilted, 90, size)],
+                        45: [_in_turn(tilted, 45, size)]}, frame)
+    faces = detect_rotated(detect, frame, "auto", pacer=pacer, index=5)
+    assert len(detect.asked) == 1 + len(ANGLES)
+    assert [f.angle for f in faces] == [45]
+
+
 def test_the_engine_paces_a_videos_faceless_frames_and_a_new_video_starts_afresh(
         analyser: DlibFaceAnalyser, source: LoadedImage,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -173,6 +173,7 @@ class SweepPacer:
             pictures are stored on their side (the display matrix turns them for the viewer)
             has every face rolled a quarter turn: each frame then needs the sweep, and trying
             these turns first saves the other six detector passes (:func:`detect_rotated`).
+        seen: the faces the last sweep (full or not) kept.
     """
 
     def __init__(self, every: int = SWEEP_EVERY, idle: int = IDLE_FRAMES) -> None:
@@ -182,6 +183,7 @@ class SweepPacer:
         self._first: int | None = None  # the first index seen since the last reset
         self.turns: tuple[int, ...] = ()
         self.faces = 0
+        self.seen: list[Face] = []
 
     def skip(self, index: int) -> bool:
         """Whether the faceless frame ``index`` goes without a sweep."""
@@ -205,7 +207,7 @@ class SweepPacer:
 
     def reset(self) -> None:
         self._last = self._first = None
-        self.turns, self.faces = (), 0
+        self.turns, self.faces, self.seen = (), 0, []
 
 
 def _rank(face: Face, roll_in_view: float) -> tuple[int, float]:
@@ -239,8 +241,9 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
         pacer: a video's :class:`SweepPacer`: in ``auto``, a frame where the upright pass found
             no face sweeps the turns only when it says so (``None``: every such frame), and a
             sweep tries its :attr:`~SweepPacer.turns` first: when they and the upright pass give
-            as many faces as the last full sweep, all seen near upright (:func:`_steady`), the
-            other turns are not tried (except on :meth:`~SweepPacer.full_sweep` frames).
+            as many faces as the last full sweep, all seen near upright (:func:`_steady`), and
+            each turned one continues a face of the last sweep (:func:`_continues`), the other
+            turns are not tried (except on :meth:`~SweepPacer.full_sweep` frames).
         index: the frame's index in the video (for ``pacer``).
 
     Returns:
@@ -266,7 +269,8 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
             look(angle)
             turns.remove(angle)
         kept, misfits = _keep(seen)
-        if len(kept) >= max(1, paced.faces) and all(_steady(f, roll) for f, roll in kept):
+        if len(kept) >= max(1, paced.faces) and all(_steady(f, roll) for f, roll in kept) and \
+                all(f.angle == 0 or _continues(f, paced.seen) for f, _ in kept):
             return _done(kept, misfits, dropped, paced, index)
     for angle in turns:
         look(angle)
@@ -278,10 +282,24 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
 
 
 def _steady(face: Face, roll: float) -> bool:
-    """Whether a kept face was seen near enough upright that the other turns would not see it
-    better: within :data:`ROLLED_DEGREES` upright (as :func:`needs_sweep` asks), within
-    :data:`RELIABLE_ROLL` at a turn."""
-    return abs(roll) <= (ROLLED_DEGREES if face.angle == 0 else RELIABLE_ROLL)
+    """Whether a kept face was seen near enough upright (within :data:`RELIABLE_ROLL`, the
+    first rank of :func:`_rank`) that no other turn could see it better."""
+    return abs(roll) <= RELIABLE_ROLL
+
+
+SCORE_KEPT = 0.5
+"""A turned face found without the full sweep keeps at least this share of the score its face
+had in the last sweep."""
+
+
+def _continues(face: Face, seen: Sequence[Face]) -> bool:
+    """Whether ``face``, found at a turn tried first, continues a face of the last sweep: the
+    same turn, overlapping it (:data:`OVERLAP`), with :data:`SCORE_KEPT` of its score. A phone
+    turned over puts the face at the opposite turn, where the turn tried first can see a false
+    face in it (issue 15's upside-down mouth, scoring 0.04): the full sweep, which finds the
+    face upright at the other turn, drops that one; this sends such a frame to it."""
+    return any(g.angle == face.angle and overlap(face.bbox, g.bbox) >= OVERLAP and
+               face.score >= SCORE_KEPT * g.score for g in seen)
 
 
 def _keep(seen: list[tuple[Face, float]]
@@ -306,6 +324,8 @@ def _done(kept: list[tuple[Face, float]], misfits: list[SkippedFace],
           dropped: list[SkippedFace] | None, paced: SweepPacer | None, index: int) -> list[Face]:
     """The kept faces left to right; the misfits overlapping none of them reported."""
     faces = sorted((f for f, _ in kept), key=lambda f: float(f.bbox[0] + f.bbox[2]))
+    if paced is not None:
+        paced.seen = faces
     if dropped is not None:
         dropped += [m for m in misfits
                     if not any(overlap(m.bbox, g.bbox) >= OVERLAP for g in faces)]
@@ -313,7 +333,8 @@ def _done(kept: list[tuple[Face, float]], misfits: list[SkippedFace],
         paced.found(index, bool(faces))
     return faces
 
+
 __all__ = ["ANGLES", "IDLE_FRAMES", "OVERLAP", "QUARTER_TURNS", "RELIABLE_ROLL", "ROLLED_DEGREES",
-           "SWEEP_EVERY",
+           "SCORE_KEPT", "SWEEP_EVERY",
            "RotationMode", "SweepPacer", "detect_rotated", "needs_sweep", "roll_degrees",
            "rotate_frame", "turn_affine", "unrotate_face", "unrotate_points"]

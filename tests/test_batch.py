@@ -823,7 +823,7 @@ def test_a_damaged_stretch_in_the_middle_is_not_an_early_end(
                         marking_engine, quiet=True)
     assert [r.status for r in summary.incomplete] == ["done"]
     why = summary.incomplete[0].incomplete
-    assert why is not None and " of 240 frames could not be decoded, no frame for " in why, why
+    assert why is not None and " of 240 frames could not be decoded: no frame for " in why, why
     assert "ended early" not in why
 
 

@@ -289,42 +289,85 @@ def test_a_truncated_video_keeps_its_frames_says_so_and_exits_3(
     assert _parts(tmp_path) == []
 
 
-def _holed(clip: Path, share: float = 0.15) -> Path:
-    """``clip`` with ``share`` of its bytes zeroed in the middle: the decoder skips a stretch
-    and goes on to the end."""
+def _holed(clip: Path, stretches: list[tuple[float, float]], cut: float = 1.0) -> Path:
+    """``clip`` with each ``(start, length)`` stretch of its bytes (shares of its size) zeroed,
+    then cut to ``cut`` of its size: the decoder skips a zeroed stretch and goes on."""
     data = bytearray(clip.read_bytes())
-    a = int(len(data) * 0.45)
-    b = a + int(len(data) * share)
-    data[a:b] = bytes(b - a)
-    clip.write_bytes(bytes(data))
+    for start, length in stretches:
+        a = int(len(data) * start)
+        b = a + int(len(data) * length)
+        data[a:b] = bytes(b - a)
+    clip.write_bytes(bytes(data[: int(len(data) * cut)]))
     return clip
 
 
-@pytest.mark.parametrize(("ext", "share"), [("mp4", 0.15), ("mkv", 0.15), ("mp4", 0.01)])
-def test_a_damaged_stretch_in_the_middle_is_not_an_early_end(
+DAMAGE = {  # what is done to a 150-frame clip, and what `run` says of it
+    "a stretch": ("mp4", [(0.45, 0.15)], 1.0,
+                  "input damaged: {missing} of 150 frames could not be decoded: no frame for "),
+    "a stretch, Matroska": ("mkv", [(0.45, 0.15)], 1.0, "input damaged: no frame for "),
+    "a packet": ("mp4", [(0.45, 0.01)], 1.0,
+                 "input damaged: 1 part(s) could not be decoded (damaged data); 149 frames"),
+    "two stretches": ("mp4", [(0.25, 0.12), (0.6, 0.12)], 1.0,
+                      "input damaged: {missing} of 150 frames could not be decoded: no frame "
+                      "for "),
+    "a stretch and a cut end": ("mp4", [(0.3, 0.15)], 0.85,
+                                "input ended early: {kept} of 150 frames"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_damage_inside_a_file_is_not_an_early_end_and_a_cut_end_is(
         tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch, ext: str, share: float) -> None:
+        monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
     """A new user's trial: a file with a damaged stretch in the middle was reported as "input
     ended early: 245 of 300 frames: the data after that could not be read", while the frames
-    after the stretch, to the file's end, were in the output. Matroska declares no frame
-    count, and its demuxer resyncs: the hole in the timestamps tells it. One bad packet (a
-    frame lost) is named by the decoder's own error, not as the file's end."""
-    clip = _holed(_faststart_clip(tmp_path / f"holed.{ext}", 150), share)
+    after the stretch, to the file's end, were in the output. A review then found two
+    stretches, and a stretch beside a cut end, each told as the other. Matroska declares no
+    frame count and its demuxer resyncs: the hole in the timestamps tells it. One bad packet is
+    "damaged data", not "... or it is not a video" beside 149 frames."""
+    ext, stretches, cut, said = DAMAGE[damage]
+    clip = _holed(_faststart_clip(tmp_path / f"holed.{ext}", 150), stretches, cut)
     out = tmp_path / "out.mp4"
     monkeypatch.setattr("livefuse.engine.Engine", lambda *a, **k: _Sourced())
     assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(clip), "-o",
                  str(out)]) == EXIT_INCOMPLETE
     captured = capsys.readouterr()
+    text = captured.out + captured.err
     kept = len(read_frames(out))
     with av.open(str(out)) as c:
         last = max(float(f.time) for f in c.decode(video=0))
-    assert 100 < kept < 150 and last > 4.5  # the frames after the stretch, to the end
-    said = "input damaged: 1 part(s) could not be decoded (" if share < 0.1 else \
-        f"input damaged: {150 - kept} of 150 frames could not be decoded, no frame for " \
-        if ext == "mp4" else "input damaged: no frame for "
-    assert said in captured.out and said in captured.err
-    assert "ended early" not in captured.out + captured.err
-    assert "the data after that" not in captured.out + captured.err
+    said = said.format(missing=150 - kept, kept=kept)
+    assert said in captured.out and said in captured.err, text
+    assert "not a video" not in text and "the data after that" not in text
+    if cut < 1:
+        assert last < 4.5 and "; also no frame for " in text, text
+    else:  # the frames after the damage, to the end
+        assert 100 < kept < 150 and last > 4.5 and "ended early" not in text, text
+    if damage == "two stretches":
+        assert "the longest of 2 such gaps" in text, text
+
+
+def test_a_cut_recording_whose_picture_paused_ended_early_and_its_pause_is_no_damage(
+        tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review: a picture that pauses 3 s while its sound goes on (a variable-frame-rate
+    screen recording), in a file cut at 90 %, was told as "input damaged: 18 of 150 frames
+    could not be decoded, no frame for 3.0 s" (a pause that holds none of the missing
+    frames, and the cut end unsaid)."""
+    from clips import write_clip
+
+    rng = np.random.default_rng(0)
+    frames = [*range(60), *range(150, 240)]  # 3 s with no new picture after 2 s
+    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in frames]
+    clip = write_clip(tmp_path / "paused.mp4", frames, Fraction(1, 30), Fraction(30),
+                      audio_tracks=1, pictures=noise, options={"movflags": "faststart"})
+    clip.write_bytes(clip.read_bytes()[: int(clip.stat().st_size * 0.9)])
+    monkeypatch.setattr("livefuse.engine.Engine", lambda *a, **k: _Sourced())
+    assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(clip), "-o",
+                 str(tmp_path / "out.mp4")]) == EXIT_INCOMPLETE
+    text = "".join(capsys.readouterr())
+    assert "input ended early: " in text and "of 150 frames" in text, text
+    assert "damaged" not in text and "no frame for" not in text, text
 
 
 def test_live_on_a_truncated_video_says_so_in_a_sentence_and_exits_3(

@@ -427,7 +427,8 @@ class _Collector:
             # a container that declares no frame count (Matroska) still declares a duration
             early = incomplete_reason(joined.frames, info.frames, info.duration,
                                       joined.span + 1 / info.rate, info.rate,
-                                      hole=(joined.gap, joined.gap_at))
+                                      hole=None if joined.sound_through_gap else
+                                      (joined.gap, joined.gap_at))
             if early is None and gap_reason(joined.gap, joined.gap_at, info.rate) is not None:
                 if joined.sound_through_gap:  # a paused picture, as `run` says it
                     line = f"'{item.input}': {paused_note(joined.gap, joined.gap_at)}"

@@ -360,9 +360,11 @@ class _Decoder:
         self.written = 0
         self.nudged = 0
         self.bad_packets = 0
-        self.error: str | None = None
+        self.error: str | None = None  # what stopped decoding, or the last bad packet's
         self._error_at = 0  # frames decoded when the last packet failed
-        self._error_plain: str | None = None  # its error, not worded as the end of the input
+        self._skipped: str | None = None  # that packet's error, worded as a part skipped
+        self.holes = 0  # steps between written frames long enough to be a hole (gap_reason)
+        self._hole_ticks = max(GAP_MIN_S, GAP_MIN_FRAMES / self.rate) / self.tb
         self.first_pts: int | None = None
         self.last_pts: int | None = None
         self.gap = (0, 0)  # the longest step between two written frames, and where (ticks)
@@ -388,7 +390,8 @@ class _Decoder:
                 raise _NvdecRefused(plain_av_error(exc)) from exc
             self.bad_packets += 1
             self.error, self._error_at = self._stopped_by(exc), self.decoded
-            self._error_plain = plain_av_error(exc)
+            self._skipped = "damaged data" if isinstance(exc, av.error.InvalidDataError) \
+                else plain_av_error(exc)
             return []
 
     def _stopped_by(self, exc: BaseException) -> str:
@@ -463,8 +466,12 @@ class _Decoder:
             pts = 0 if self.last_pts is None else self.last_pts + self.step
         elif self.last_pts is not None and pts <= self.last_pts:
             pts, self.nudged = self.last_pts + 1, self.nudged + 1
-        elif self.last_pts is not None and pts - self.last_pts > self.gap[0]:
-            self.gap = (pts - self.last_pts, self.last_pts)
+        elif self.last_pts is not None:
+            step = pts - self.last_pts
+            if step > self.gap[0]:
+                self.gap = (step, self.last_pts)
+            if step > self._hole_ticks:
+                self.holes += 1
         self.last_pts = pts
         if self.first_pts is None:
             self.first_pts = pts
@@ -478,16 +485,18 @@ class _Decoder:
             covered = (self.last_pts - self.first_pts) * self.tb + 1 / self.rate
         start = self.first_pts or 0
         gap, at = self.gap[0] * self.tb, (self.gap[1] - start) * self.tb
+        hole = gap_reason(gap, at, self.rate)
+        paused = hole is not None and sound_goes_on(self.sound, self.gap[1] * self.tb,
+                                                    (self.gap[1] + self.gap[0]) * self.tb)
         # frames decoded after the last bad packet: the input did not end there
-        error = self._error_plain if self.decoded > self._error_at and \
-            self._error_plain is not None else self.error
+        skipped = self.decoded > self._error_at and self._skipped is not None
         why = incomplete_reason(self.decoded, declared, duration, covered, self.rate,
-                                error, self.bad_packets, hole=(gap, at))
+                                None if skipped else self.error, self.bad_packets,
+                                hole=None if paused else (gap, at), holes=self.holes,
+                                skipped=self._skipped if skipped else None)
         if why is not None:
             return why
-        hole = gap_reason(gap, at, self.rate)
-        if hole is not None and sound_goes_on(self.sound, self.gap[1] * self.tb,
-                                              (self.gap[1] + self.gap[0]) * self.tb):
+        if paused:
             self.paused = paused_note(gap, at)
             return None
         return hole
@@ -550,39 +559,49 @@ def paused_note(gap: Fraction, at: Fraction) -> str:
 
 def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
                       covered: Fraction | None, rate: Fraction, error: str | None = None,
-                      bad_packets: int = 0,
-                      hole: tuple[Fraction, Fraction] | None = None) -> str | None:
+                      bad_packets: int = 0, hole: tuple[Fraction, Fraction] | None = None,
+                      holes: int = 1, skipped: str | None = None) -> str | None:
     """Why a video gave fewer frames than its container declares, or ``None``.
+
+    Frames missing while the decoded ones reach the declared duration were lost inside the
+    file, not at its end: "input damaged", naming the longest hole (a new user's trial read
+    "input ended early: 245 of 300 frames" for a file whose last 3 s were in the output).
+    Frames missing at the end are "input ended early", with a hole inside named beside it.
 
     Args:
         decoded: frames decoded. declared: the container's frame count (0 when it has none).
-        duration: the container's duration (s), used when it declares no count.
+        duration: the video's declared duration (s).
         covered: seconds the decoded frames cover (first to last, plus one frame).
-        error: the decoding error that stopped or interrupted it, if any.
+        error: the decoding error that stopped it, if any (the input ended there).
         bad_packets: packets that could not be decoded and were skipped.
         hole: the longest step between two decoded frames and where it starts (s from the
-            first frame). When it holds at least half the missing frames, the input did not end
-            early: a stretch in the middle was lost (a new user's trial read "input ended
-            early: 245 of 300 frames" for a file whose last 3 s were in the output).
+            first frame); ``None`` when there is none to report (a picture that pauses while
+            its sound goes on is not one).
+        holes: how many steps are holes (:func:`gap_reason`).
+        skipped: the error of packets skipped with frames decoded after them.
     """
     missing = declared - decoded
+    slack = max(Fraction(1, 2), 2 / rate)
+    inside = None
+    if hole is not None and gap_reason(hole[0], hole[1], rate) is not None:
+        minutes, seconds = divmod(float(hole[1]), 60)
+        inside = (f"no frame for {float(hole[0]):.1f} s after {int(minutes)}:{seconds:05.2f}"
+                  + (f", the longest of {holes} such gaps" if holes > 1 else ""))
     if declared > 0 and missing > max(1, declared * EARLY_END_TOLERANCE):
-        if hole is not None and gap_reason(hole[0], hole[1], rate) is not None and \
-                round(hole[0] * rate) - 1 >= missing / 2:
-            minutes, seconds = divmod(float(hole[1]), 60)
-            return (f"input damaged: {missing} of {declared} frames could not be decoded, no "
-                    f"frame for {float(hole[0]):.1f} s after {int(minutes)}:{seconds:05.2f} (a "
-                    "damaged stretch); the output shows the frame before it that long")
+        if duration is not None and covered is not None and duration - covered <= slack:
+            where = f": {inside} (a damaged stretch); the output shows the frame before it " \
+                "that long" if inside else f" ({skipped})" if skipped else ""
+            return f"input damaged: {missing} of {declared} frames could not be decoded{where}"
         why = f": {error}" if error else ""
-        return f"input ended early: {decoded} of {declared} frames{why}"
-    if declared <= 0 and duration and covered is not None and \
-            duration - covered > max(Fraction(1, 2), 2 / rate):
+        also = f"; also {inside} (a damaged stretch)" if inside else ""
+        return f"input ended early: {decoded} of {declared} frames{why}{also}"
+    if declared <= 0 and duration and covered is not None and duration - covered > slack:
         about = round(duration * rate)
         return (f"input ended early: {decoded} frames, {float(covered):.1f} s of "
                 f"{float(duration):.1f} s (about {about} frames)")
-    if error is not None:
-        return (f"input damaged: {bad_packets or 1} part(s) could not be decoded ({error}); "
-                f"{decoded} frames decoded")
+    if error is not None or skipped is not None:
+        return (f"input damaged: {bad_packets or 1} part(s) could not be decoded "
+                f"({error or skipped}); {decoded} frames decoded")
     return None
 
 

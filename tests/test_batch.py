@@ -393,6 +393,17 @@ def test_an_earlier_batchs_output_folder_inside_the_inputs_is_left_out_and_said(
     named = run_batch(BatchOptions((str(src / "out"),), tmp_path / "again", recursive=True,
                                    executor="local"), marking_engine, quiet=True)
     assert [r.status for r in named.results] == ["done", "done"]
+    # a review: the hint that subfolders need --recursive counted that batch's outputs too
+    shutil.copy(t1_path, src / "top.jpg")
+    flat = plan_items([str(src)], tmp_path / "flat", False, False)
+    assert flat.below == [(str(src), 2)]  # week1/pic.jpg and out/original.jpg, not out/pic.jpg
+    # and an output folder reached through a symbolic link was swapped again
+    season = tmp_path / "season"
+    season.mkdir()
+    (season / "link").symlink_to(src / "out", target_is_directory=True)
+    linked = plan_items([f"{season}/**/*.jpg"], tmp_path / "linked", False, False)
+    assert [i.input.name for i in linked.items] == ["original.jpg"]
+    assert [files for _, files in linked.earlier_outputs] == [1]
 
 
 def test_an_output_made_with_another_face_photo_is_made_again(tmp_path: Path,

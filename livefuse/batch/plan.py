@@ -284,19 +284,25 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
     out_root = outputs.resolve() if outputs is not None else None
     records: dict[Path, set[str]] = {}
 
-    def earlier_output(f: Path, root: Path) -> Path | None:
+    def earlier_output(f: Path, root: Path, given: Path) -> Path | None:
         """The outermost folder below ``root`` (resolved) whose batch record lists ``f`` as one
         of its outputs: only those files, not the originals a folder may also hold (a batch
-        into a folder of photos)."""
-        folder = f.parent.resolve()
-        for d in reversed((folder, *folder.parents)):
-            if root not in d.parents:
-                continue
-            if d not in records:
-                records[d] = set(recorded(d)) if (d / RECORD).is_file() else set()
-            if records[d] and (folder / f.name).relative_to(d).as_posix() in records[d]:
-                return d
+        into a folder of photos). The folders are taken as walked from ``given`` (the folder
+        or pattern part as given) too, so that an output folder reached through a symbolic
+        link below it counts (resolved, it lies outside)."""
+        for folder, top in ((f.parent.resolve(), root), (f.parent.absolute(), given)):
+            for d in reversed((folder, *folder.parents)):
+                if top not in d.parents:
+                    continue
+                if d not in records:
+                    records[d] = set(recorded(d)) if (d / RECORD).is_file() else set()
+                if records[d] and (folder / f.name).relative_to(d).as_posix() in records[d]:
+                    return d
         return None
+
+    def given_root(raw: str) -> Path:
+        p = Path(raw)
+        return (p if p.is_dir() or not glob.has_magic(raw) else _fixed_part(p)).absolute()
 
     def walked(raw: str, files: list[Path]) -> list[Path]:
         nonlocal left_out
@@ -307,7 +313,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             files = kept
         kept = []
         for f in files:
-            folder = earlier_output(f, root)
+            folder = earlier_output(f, root, given_root(raw))
             if folder is None:
                 kept.append(f)
             elif _media(f):
@@ -331,7 +337,8 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             deeper = 0 if recursive else sum(
                 1 for f in p.glob("*/**/*") if f.is_file() and _media(f)
                 and not _is_ours(f.relative_to(p))
-                and (out_root is None or out_root not in f.resolve().parents))
+                and (out_root is None or out_root not in f.resolve().parents)
+                and earlier_output(f, _walk_root(raw), given_root(raw)) is None)
             if not files:
                 problems.append((raw, "folder holds no image or video"
                                  + ("" if recursive else " (subfolders need --recursive)")))

@@ -281,6 +281,38 @@ def test_a_turn_tried_first_gives_way_to_every_turn_when_its_face_is_not_the_las
     assert [f.angle for f in faces] == [45]
 
 
+def test_a_face_found_at_a_turn_is_looked_for_there_when_the_upright_pass_finds_faces() -> None:
+    """A new user's trial: a face lying on its side showed the upright pass a small false face
+    (its nose and eyes, seen upright), which stood in for it: a mini-face pasted on the nose of
+    a phone clip stored turned clockwise, exit 0. And a sideways person beside an upright one
+    was swapped only on the frames that happened to sweep. Once a sweep found a face at a turn,
+    each frame looks at that turn too."""
+    size = (400, 300)
+    frame = np.random.default_rng(3).integers(0, 256, (300, 400, 3), np.uint8)
+    lying = _face(150, 150, 100, 0.94, roll=90)
+    nose = _face(150, 160, 40, 0.54)  # level, upright: nothing would sweep for it
+    pacer = SweepPacer()
+    detect = _Scripted({270: [_in_turn(lying, 270, size)]}, frame)
+    assert [f.angle for f in detect_rotated(detect, frame, "auto", pacer=pacer, index=1)] == \
+        [270]
+    detect = _Scripted({0: [nose], 270: [_in_turn(lying, 270, size)]}, frame)
+    faces = detect_rotated(detect, frame, "auto", pacer=pacer, index=2)
+    assert detect.asked == [0, 270]
+    assert [(f.angle, f.width) for f in faces] == [(270, pytest.approx(100))]
+    # an upright person, and a sideways one that a sweep found once
+    pacer = SweepPacer()
+    upright, tilted = _face(100, 150, 80, 0.9), _face(100, 150, 80, 0.9, roll=50)
+    sideways = _face(300, 150, 80, 0.8, roll=-90)
+    detect = _Scripted({0: [tilted], 90: [_in_turn(sideways, 90, size)],
+                        315: [_in_turn(tilted, 315, size)]}, frame)
+    assert len(detect_rotated(detect, frame, "auto", pacer=pacer, index=1)) == 2
+    for index in (2, 3):  # the turns of that sweep (A was seen best at 315), B found
+        detect = _Scripted({0: [upright], 90: [_in_turn(sideways, 90, size)]}, frame)
+        faces = detect_rotated(detect, frame, "auto", pacer=pacer, index=index)
+        assert detect.asked == [0, 315, 90]
+        assert [f.angle for f in faces] == [0, 90]
+
+
 def test_the_engine_paces_a_videos_faceless_frames_and_a_new_video_starts_afresh(
         analyser: DlibFaceAnalyser, source: LoadedImage,
         monkeypatch: pytest.MonkeyPatch) -> None:

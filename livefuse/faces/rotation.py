@@ -251,8 +251,14 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
     """
     faces = list(upright) if upright is not None else detect(frame)
     paced = pacer if mode == "auto" and not still else None
-    if not needs_sweep(mode, faces, still) or \
-            (paced is not None and not faces and paced.skip(index)):
+    # a face the last sweep found at a turn is looked for there even when the upright pass
+    # found faces: a face lying on its side can show the detector a small false face upright
+    # (its nose and eyes), which then stood in for it (a new user's trial: a mini-face pasted
+    # on the nose of a phone clip stored turned clockwise, exit 0); and a sideways person
+    # beside an upright one was swapped only on the frames that happened to sweep
+    if not (paced is not None and paced.turns) and (
+            not needs_sweep(mode, faces, still) or
+            (paced is not None and not faces and paced.skip(index))):
         if paced is not None:
             paced.found(index, bool(faces))
         return faces

@@ -307,6 +307,10 @@ def test_the_job_key_follows_what_decides_the_pixels(tmp_path: Path, t1_path: Pa
     assert job_key(spec, VideoOptions(**same)) == base  # how, not what, is written
     assert job_key(spec, VideoOptions(crf=23)) != base
     assert job_key(spec, VideoOptions(encoder="libx265")) != base
+    # a new user's trial: the encoder auto picks, named, remade every video
+    from livefuse.io.codecs import choose_encoder
+
+    assert same_job(job_key(spec, VideoOptions(encoder=choose_encoder("auto").name)), base)
     assert job_key(EngineSpec(EngineConfig(engine="classic"), t1_path), VideoOptions()) != base
     assert job_key(EngineSpec(EngineConfig(engine="classic", detect_every=3), astronaut_path),
                    VideoOptions()) != base
@@ -346,11 +350,16 @@ def test_the_job_key_follows_what_decides_the_pixels(tmp_path: Path, t1_path: Pa
     # the default folder is not keyed by the user's home it is in
     assert "models_dir=None" in _pixel_settings(EngineConfig(engine="neural"))
     # a record from before "settings": its settings are compared as it hashed them
-    old = ";".join(p for p in base.split(";") if not p.startswith("settings="))
+    old = ";".join(p for p in base.split(";")
+                   if not p.startswith(("settings=", "encoding=")))
     assert job_changes(old, base) == [] and same_job(old, base) is None
     other = EngineSpec(EngineConfig(engine="classic", blend="seamless"), astronaut_path)
     assert job_changes(old, job_key(other, VideoOptions())) == ["the engine settings"]
     assert job_changes(old, job_key(spec, VideoOptions(crf=23))) == ["the video options"]
+    # ... and its encoder as named: another spelling of the same one is a change there
+    named = job_key(spec, VideoOptions(encoder=choose_encoder("auto").name))
+    assert job_changes(old, named) == ["the video options"]
+    assert job_changes(base, named) == []
 
 class _FailsOnce(_Counted):
     """Marking engines whose process raises on frame ``bad`` (a bad stretch of the input, or a

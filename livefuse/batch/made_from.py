@@ -118,10 +118,10 @@ def changed_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output
     return (entry.get("size"), entry.get("mtime_ns")) != (st.st_size, st.st_mtime_ns)
 
 
-PIXEL_PARTS = ("settings", "engine", "photos", "video")
-"""The parts of a job key that change an output's pixels (``engine``: the settings of a record
-from before ``settings``): another livefuse version or chunk length does not make a season's
-finished outputs again."""
+PIXEL_PARTS = ("settings", "engine", "photos", "encoding", "video")
+"""The parts of a job key that change an output's pixels (``engine`` and ``video`` for a record
+from before their successors, :data:`livefuse.batch.worker.SUPERSEDED`): another livefuse
+version or chunk length does not make a season's finished outputs again."""
 
 
 def made_otherwise(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path,
@@ -133,7 +133,7 @@ def made_otherwise(record_of: dict[str, dict[str, Any]], output_dir: Path, outpu
     another face photo into the same folder skipped the finished outputs as done: they kept the
     old face, exit 0, while the interrupted video's chunks were made again with the new one (a
     new user's trial)."""
-    from livefuse.batch.worker import JOB_PARTS, job_changes
+    from livefuse.batch.worker import JOB_PARTS, VIDEO_PARTS, job_changes
 
     try:
         rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
@@ -143,7 +143,7 @@ def made_otherwise(record_of: dict[str, dict[str, Any]], output_dir: Path, outpu
     if job is None or entry is None or not isinstance(entry.get("job"), str) or \
             not _same_input(entry, source):
         return []
-    names = {JOB_PARTS[k] for k in PIXEL_PARTS if video or k != "video"}
+    names = {JOB_PARTS[k] for k in PIXEL_PARTS if video or k not in VIDEO_PARTS}
     return [c for c in job_changes(entry["job"], job) if c in names]
 
 

@@ -61,10 +61,18 @@ class EngineSpec:
 
 JOB_PARTS = {"version": "the livefuse version", "settings": "the engine settings",
              "engine": "the engine settings", "photos": "the face photo",
-             "video": "the video options", "chunks": "--chunk-seconds"}
-"""The parts of a :func:`job_key`, and how a sentence names each. ``engine`` is the settings as
-records written before ``settings`` existed hashed them (their repr, the device and the models
-folder as spelt); :func:`job_changes` compares it only with such a record."""
+             "encoding": "the video options", "video": "the video options",
+             "chunks": "--chunk-seconds"}
+"""The parts of a :func:`job_key`, and how a sentence names each."""
+
+SUPERSEDED = {"engine": "settings", "video": "encoding"}
+"""Parts as records written before their successor existed hashed them (``engine``: the
+settings' repr, the device and the models folder as spelt; ``video``: the encoder as named,
+``auto`` too): :func:`job_changes` compares one only with a key that lacks its successor, so a
+season recorded then is neither remade for a spelling nor kept under other settings."""
+
+VIDEO_PARTS = ("encoding", "video")
+"""The parts that decide a video's pixels and not a photo's."""
 
 
 def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None = None) -> str:
@@ -95,6 +103,7 @@ def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None =
         "settings": [_pixel_settings(spec.config), repr(spec.cache), spec.source_face_index],
         "engine": [repr(spec.config), repr(spec.cache), spec.source_face_index],
         "photos": [stamp(spec.source), stamp(spec.reference)],
+        "encoding": [_encoder_named(video.encoder, video.crf), video.crf],
         "video": [video.encoder, video.crf],
         "chunks": chunk_seconds,
     }
@@ -126,18 +135,31 @@ def _pixel_settings(config: EngineConfig) -> str:
                         models_dir=folder))
 
 
+def _encoder_named(name: str, crf: int) -> str:
+    """The encoder ``--video-encoder name`` opens here: ``auto`` and the encoder it picks are
+    the same job (a new user's trial: ``--video-encoder libx264`` after ``auto`` remade six
+    byte-identical outputs)."""
+    from livefuse.errors import LivefuseError
+    from livefuse.io.codecs import choose_encoder
+
+    try:
+        return choose_encoder(name, crf).name
+    except LivefuseError:  # refused where the batch starts, with its own message
+        return name
+
+
 def _parts(key: str) -> dict[str, str]:
     return dict(p.split("=", 1) for p in key.split(";") if "=" in p)
 
 
 def job_changes(before: str, now: str) -> list[str]:
     """What differs between two :func:`job_key` values, in words (empty when a key is not of
-    that form: all that is known then is that they differ). The settings are compared as
-    ``settings`` when both keys have it, else as ``engine`` (a record from before)."""
+    that form: all that is known then is that they differ). A part of :data:`SUPERSEDED` is
+    compared only when either key lacks its successor (a record from before)."""
     a, b = _parts(before), _parts(now)
-    skip = "engine" if "settings" in a and "settings" in b else "settings"
+    skip = {old if new in a and new in b else new for old, new in SUPERSEDED.items()}
     changed = [JOB_PARTS[k] for k in JOB_PARTS
-               if k != skip and k in a and k in b and a[k] != b[k]]
+               if k not in skip and k in a and k in b and a[k] != b[k]]
     return list(dict.fromkeys(changed))
 
 
@@ -405,5 +427,6 @@ class BatchWorker:
         result.notes, result.input_notes = summary.notes, summary.input_notes
 
 
-__all__ = ["CODEC_THREADS_PER_CPU", "BatchWorker", "EngineSpec", "UnitResult", "WorkerInfo",
-           "WorkerStats", "codec_threads", "job_changes", "job_key", "same_job"]
+__all__ = ["CODEC_THREADS_PER_CPU", "SUPERSEDED", "VIDEO_PARTS", "BatchWorker", "EngineSpec",
+           "UnitResult", "WorkerInfo", "WorkerStats", "codec_threads", "job_changes", "job_key",
+           "same_job"]

@@ -263,12 +263,13 @@ def test_sigterm_during_run_removes_the_part_and_exits_143(
     assert _parts(tmp_path) == [] and not out.exists() and not out.parent.exists()
 
 
-def _faststart_clip(path: Path, frames: int) -> Path:
+def _faststart_clip(path: Path, frames: int, audio_tracks: int = 0) -> Path:
     """Incompressible frames (so a cut loses frames, not padding), the index at the front."""
     rng = np.random.default_rng(0)
     noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(frames)]
-    return write_clip(path, list(range(frames)), Fraction(1, 30), Fraction(30), audio_tracks=0,
-                      pictures=noise, options={"movflags": "faststart"})
+    return write_clip(path, list(range(frames)), Fraction(1, 30), Fraction(30),
+                      audio_tracks=audio_tracks, pictures=noise,
+                      options={"movflags": "faststart"})
 
 
 def test_a_truncated_video_keeps_its_frames_says_so_and_exits_3(
@@ -305,6 +306,11 @@ DAMAGE = {  # what is done to a 150-frame clip, and what `run` says of it
     "a stretch": ("mp4", [(0.45, 0.15)], 1.0,
                   "input damaged: {missing} of 150 frames could not be decoded: no frame for "),
     "a stretch, Matroska": ("mkv", [(0.45, 0.15)], 1.0, "input damaged: no frame for "),
+    # zeroed video data keeps its audio packets: the sound "goes on" through the hole, and the
+    # packets that failed to decode still make it damage, not a paused picture
+    "a stretch, with sound": ("mp4+sound", [(0.45, 0.15)], 1.0,
+                              "input damaged: {missing} of 150 frames could not be decoded: no "
+                              "frame for "),
     "a packet": ("mp4", [(0.45, 0.01)], 1.0,
                  "input damaged: 1 part(s) could not be decoded (damaged data); 149 frames"),
     "two stretches": ("mp4", [(0.25, 0.12), (0.6, 0.12)], 1.0,
@@ -326,7 +332,8 @@ def test_damage_inside_a_file_is_not_an_early_end_and_a_cut_end_is(
     frame count and its demuxer resyncs: the hole in the timestamps tells it. One bad packet is
     "damaged data", not "... or it is not a video" beside 149 frames."""
     ext, stretches, cut, said = DAMAGE[damage]
-    clip = _holed(_faststart_clip(tmp_path / f"holed.{ext}", 150), stretches, cut)
+    clip = _holed(_faststart_clip(tmp_path / f"holed.{ext.split('+')[0]}", 150,
+                                  audio_tracks=int("+sound" in ext)), stretches, cut)
     out = tmp_path / "out.mp4"
     monkeypatch.setattr("livefuse.engine.Engine", lambda *a, **k: _Sourced())
     assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(clip), "-o",
@@ -345,6 +352,9 @@ def test_damage_inside_a_file_is_not_an_early_end_and_a_cut_end_is(
         assert 100 < kept < 150 and last > 4.5 and "ended early" not in text, text
     if damage == "two stretches":
         assert "the longest of 2 such gaps" in text, text
+    if damage in ("a stretch", "a stretch, with sound"):  # garbled after it (a new user's trial)
+        assert "the frames after it, up to the next keyframe, may show blocks of damage" \
+            in text, text
 
 
 def test_a_cut_recording_whose_picture_paused_ended_early_and_its_pause_is_no_damage(

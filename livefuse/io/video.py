@@ -363,6 +363,7 @@ class _Decoder:
         self.error: str | None = None  # what stopped decoding, or the last bad packet's
         self._error_at = 0  # frames decoded when the last packet failed
         self._skipped: str | None = None  # that packet's error, worded as a part skipped
+        self._failed_after: set[int | None] = set()  # the last written pts before each one
         self.holes = 0  # steps between written frames long enough to be a hole (gap_reason)
         self._hole_ticks = max(GAP_MIN_S, GAP_MIN_FRAMES / self.rate) / self.tb
         self.first_pts: int | None = None
@@ -389,6 +390,7 @@ class _Decoder:
             if self.decoded == 0 and self.opened.decoder == "NVDEC":
                 raise _NvdecRefused(plain_av_error(exc)) from exc
             self.bad_packets += 1
+            self._failed_after.add(self.last_pts)
             self.error, self._error_at = self._stopped_by(exc), self.decoded
             self._skipped = "damaged data" if isinstance(exc, av.error.InvalidDataError) \
                 else plain_av_error(exc)
@@ -486,8 +488,14 @@ class _Decoder:
         start = self.first_pts or 0
         gap, at = self.gap[0] * self.tb, (self.gap[1] - start) * self.tb
         hole = gap_reason(gap, at, self.rate)
-        paused = hole is not None and sound_goes_on(self.sound, self.gap[1] * self.tb,
-                                                    (self.gap[1] + self.gap[0]) * self.tb)
+        # a gap where packets failed to decode is damage, whatever the sound did: zeroed
+        # video data in an MP4 keeps its audio packets (a new user's damaged clip). The
+        # decoder's frame threads report a failure a few frames late or early.
+        near = self.gap[1] - _ERROR_LAG_FRAMES * self.step, self.gap[1] + self.gap[0]
+        failed = any(p is not None and near[0] <= p <= near[1] for p in self._failed_after)
+        paused = hole is not None and not failed and \
+            sound_goes_on(self.sound, self.gap[1] * self.tb,
+                          (self.gap[1] + self.gap[0]) * self.tb)
         # frames decoded after the last bad packet: the input did not end there
         skipped = self.decoded > self._error_at and self._skipped is not None
         why = incomplete_reason(self.decoded, declared, duration, covered, self.rate,
@@ -501,6 +509,10 @@ class _Decoder:
             return None
         return hole
 
+
+_ERROR_LAG_FRAMES = 16
+"""How many frames away from a hole a decoding failure may be reported and still be its cause
+(frame threads; FFmpeg runs up to 16 by default)."""
 
 GAP_MIN_S = Fraction(1, 2)
 GAP_MIN_FRAMES = 5
@@ -591,7 +603,12 @@ def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
         if duration is not None and covered is not None and duration - covered <= slack:
             where = f": {inside} (a damaged stretch); the output shows the frame before it " \
                 "that long" if inside else f" ({skipped})" if skipped else ""
-            return f"input damaged: {missing} of {declared} frames could not be decoded{where}"
+            # FFmpeg's decoder conceals what it lost with blocks of the frames before: a new
+            # user's trial found the frames after a stretch garbled to the next keyframe
+            blocks = "; the frames after it, up to the next keyframe, may show blocks of " \
+                "damage" if skipped else ""
+            return (f"input damaged: {missing} of {declared} frames could not be "
+                    f"decoded{where}{blocks}")
         why = f": {error}" if error else ""
         also = f"; also {inside} (a damaged stretch)" if inside else ""
         return f"input ended early: {decoded} of {declared} frames{why}{also}"

@@ -160,8 +160,9 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
                    help="tilted, sideways and upside-down faces: the frame is also tried turned "
                         "by every 45 degrees and each face taken from the turn that shows it "
                         "upright; auto = for still images, and in a stream when no face is "
-                        "found upright or one lies on its side; always = at every detection "
-                        "(8x the detector's cost) (default: %(default)s)")
+                        "found upright or one lies on its side, then at the turns that found "
+                        "faces on the next frames; always = at every detection (8x the "
+                        "detector's cost) (default: %(default)s)")
     p.add_argument("--pixel-boost", type=int, choices=PIXEL_BOOST_CHOICES, default=None,
                    help="neural: swap at this aligned size (the 128 px model on 2x2, 3x3 or 4x4 "
                         f"sub-grids: sharper, 4/9/16x the work) (default: {d.pixel_boost})")

@@ -37,7 +37,9 @@ from livefuse.types import Affine, Face, FloatArray, SkippedFace, StagedFrame
 RotationMode = Literal["off", "auto", "always"]
 """``off``: upright only; ``auto``: the turned frames when no face is found upright, when a face
 found upright is itself rolled past :data:`ROLLED_DEGREES` (the scene may be turned), and always
-for a still image; ``always``: every turn at every detection (8x the detector's cost)."""
+for a still image; in a video, the turns where a sweep found faces are then tried on the next
+frames too, the others on every :data:`SWEEP_EVERY`-th (:class:`SweepPacer`); ``always``: every
+turn at every detection (8x the detector's cost)."""
 ANGLES = (45, 315, 90, 270, 135, 225, 180)
 """The turns tried (degrees clockwise), nearest upright first."""
 QUARTER_TURNS = (90, 180, 270)

@@ -162,8 +162,10 @@ def test_address_joins_a_running_cluster_and_leaves_it_running(
 def _ray_sessions() -> set[str]:
     """The embedded clusters' session folders (livefuse's own, removed when it stops) and
     Ray's default ones (kept)."""
-    root = Path("/tmp")
-    return {str(p) for p in [*root.glob("livefuse-ray-*"), *root.glob("ray/session_2*")]}
+    import tempfile
+
+    mine, ray = Path(tempfile.gettempdir()), Path("/tmp")
+    return {str(p) for p in [*mine.glob("livefuse-ray-*"), *ray.glob("ray/session_2*")]}
 
 
 @pytest.mark.parametrize("sig, code, chunks", [(signal.SIGINT, 130, "0"),
@@ -378,6 +380,8 @@ def test_an_embedded_cluster_a_signal_has_hit_is_killed_not_shut_down(
     monkeypatch.setattr(executor, "_kill_and_wait",
                         lambda pids, timeout, grace=0.0: calls.append("kill") or True)
     monkeypatch.setattr(executor, "_ray_processes_since", lambda t0: [])
+    # not the shared cluster's folder, which this pretend pool would take for its own
+    monkeypatch.setattr(executor, "_remove_session_dirs", lambda: None)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     pool = object.__new__(executor.RayPool)
@@ -396,20 +400,21 @@ def test_a_batch_that_ends_as_it_should_shuts_its_cluster_down(
     import psutil
 
     from livefuse.batch import executor
-    from livefuse.testing.stub_engine import marking_engine
 
     everything = executor._ray_processes_since(0.0)  # the shared cluster's, and its workers'
     core = executor._cluster_core(everything)
     assert sorted(psutil.Process(p).name() for p in core) == ["gcs_server", "raylet"]
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    calls: list[str] = []
-    monkeypatch.setattr(executor, "start_ray", lambda address=None: True)  # as if it started
     monkeypatch.setattr(executor, "_ray_processes_since", lambda t0: [*core, worker.pid])
+    noted = executor._cluster_processes(time.time())  # what a pool notes when it starts
+    assert sorted(noted) == sorted(core)
+    calls: list[str] = []
     monkeypatch.setattr(executor, "stop_ray", lambda: calls.append("shutdown"))
     monkeypatch.setattr(executor, "_kill_and_wait",
                         lambda pids, timeout, grace=0.0: calls.append("kill") or True)
     monkeypatch.setattr(executor, "_remove_session_dirs", lambda: calls.append("removed"))
-    pool = executor.RayPool(marking_engine, workers=1, cpus_per_worker=0.25)
+    pool = object.__new__(executor.RayPool)
+    pool.actors, pool.owned, pool._started, pool._cluster = {}, True, time.time(), noted
     worker.kill()  # as the actor's process ends when the pool kills it
     worker.wait()
     pool.close()

@@ -188,15 +188,19 @@ def start_ray(address: str | None = None, num_cpus: float | None = None,
     # Ray's driver installs a C-level SIGTERM handler that aborts the process (exit -6, no
     # clean-up): the CLI's own handler (clean up, exit 143) is put back after ray.init
     sigterm = signal.getsignal(signal.SIGTERM) if main else None
+    mine: list[str] = []  # this call's session folder (not another cluster's of this process)
     try:
         if address is not None:
             ray.init(address=address, **common)
             return False
-        _SESSION_DIRS.append(tempfile.mkdtemp(prefix="livefuse-ray-", dir=_session_root()))
+        mine.append(tempfile.mkdtemp(prefix="livefuse-ray-", dir=_session_root()))
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus,  # type: ignore[arg-type]
                  object_store_memory=object_store_bytes, _node_ip_address="127.0.0.1",
-                 _temp_dir=_SESSION_DIRS[-1], **common)
+                 _temp_dir=mine[0], **common)
+        _SESSION_DIRS.extend(mine)
+        _STARTED[:] = [min([started, *_STARTED])]
     except (ConnectionError, RuntimeError, ValueError) as exc:
+        _remove_session_dirs(mine)
         where = f"--address {address}" if address else "the embedded Ray cluster"
         raise LivefuseError(f"{where}: {exc}") from exc
     except BaseException as exc:
@@ -209,7 +213,7 @@ def start_ray(address: str | None = None, num_cpus: float | None = None,
             _kill_and_wait(_ray_processes_since(started), 5.0)
             with contextlib.suppress(Exception):
                 ray.shutdown()
-            _remove_session_dirs()
+            _remove_session_dirs(mine)
         if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and callable(sigterm):
             signal.signal(signal.SIGTERM, sigterm)
             sigterm(signal.SIGTERM, None)  # the CLI's: raises its own, which cleans up
@@ -267,20 +271,39 @@ def _speaks_http2(conn: socket.socket) -> bool:
     return len(head) == 9 and head[3] == 4
 
 
+_STARTED: list[float] = []
+"""When the first embedded cluster this process still runs was started (epoch seconds)."""
+
 _SESSION_DIRS: list[str] = []
 """The temporary folders of the embedded clusters this process started (:func:`start_ray`)."""
 
 
 def _session_root() -> str | None:
-    """Where an embedded cluster's session folder goes: ``/tmp`` where there is one, as Ray's
-    own default: its sockets live under the folder, and a socket's path is limited to 107 bytes
-    (104 on macOS, whose per-user ``$TMPDIR`` alone takes about 50)."""
-    return "/tmp" if os.name == "posix" and os.path.isdir("/tmp") else None
+    """Where an embedded cluster's session folder goes, in Ray's own order of choice:
+    ``$RAY_TMPDIR``, else ``/tmp`` on macOS (its per-user ``$TMPDIR`` alone takes about 50 of
+    the 104 bytes a socket's path may have, and the sockets live under this folder), else the
+    system's temporary folder (``$TMPDIR`` on Linux: where objects spill, so a small ``/tmp``
+    is not filled)."""
+    if os.environ.get("RAY_TMPDIR"):
+        return os.environ["RAY_TMPDIR"]
+    if sys.platform == "darwin":
+        return "/tmp"
+    return tempfile.gettempdir()
 
 
-def _remove_session_dirs() -> None:
-    while _SESSION_DIRS:
-        shutil.rmtree(_SESSION_DIRS.pop(), ignore_errors=True)
+def _remove_session_dirs(folders: list[str] | None = None, patience_s: float = 3.0) -> None:
+    """Remove ``folders`` (default: every session folder of the clusters this process started,
+    which are stopped); Ray's processes that are still ending can write a log file into one as
+    they go, so each is tried again for up to ``patience_s``."""
+    folders = _SESSION_DIRS if folders is None else folders
+    end = time.monotonic() + patience_s
+    while folders:
+        folder = folders[-1]
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.path.exists(folder) and time.monotonic() < end:
+            time.sleep(0.1)
+            continue
+        folders.pop()
 
 
 def stop_ray() -> None:
@@ -290,7 +313,12 @@ def stop_ray() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+    if _SESSION_DIRS:
+        # an agent still ending made its session folder again after it was removed (an empty
+        # one was left after a test file's cluster): the folder goes once they are gone
+        _kill_and_wait(_ray_processes_since(_STARTED[0]), 5.0, grace=3.0)
     _remove_session_dirs()
+    _STARTED.clear()
 
 
 def _ray_processes_since(t0: float) -> list[int]:
@@ -329,6 +357,11 @@ def _any_ended(pids: Sequence[int]) -> bool:
         except psutil.Error:
             continue
     return False
+
+
+def _cluster_processes(started: float) -> list[int]:
+    """The GCS and raylet of the embedded cluster started at ``started`` (epoch seconds)."""
+    return _cluster_core(_ray_processes_since(started))
 
 
 def _cluster_core(pids: Sequence[int]) -> list[int]:
@@ -436,7 +469,7 @@ class RayPool:
         self._started = started
         # the embedded cluster's GCS and raylet, to see at the end whether a signal to the
         # whole process group has already ended them
-        self._cluster = _cluster_core(_ray_processes_since(started)) if self.owned else []
+        self._cluster = _cluster_processes(started) if self.owned else []
         import ray
 
         try:

@@ -313,6 +313,43 @@ def test_a_face_found_at_a_turn_is_looked_for_there_when_the_upright_pass_finds_
         assert [f.angle for f in faces] == [0, 90]
 
 
+def test_a_remembered_turn_is_swept_again_when_the_detecting_frames_are_all_odd() -> None:
+    """A review: with ``--detect-every 2`` the detecting frames may all be odd, and the full
+    sweep only ran on multiples of 8: a turn remembered after one false detection cost a second
+    detector pass on every frame for ever. A frame 8 or more after the last full sweep sweeps
+    every turn, which forgets the turn."""
+    size = (400, 300)
+    frame = np.random.default_rng(4).integers(0, 256, (300, 400, 3), np.uint8)
+    upright, false = _face(100, 150, 80, 0.9), _face(300, 150, 60, 0.5, roll=-90)
+    pacer = SweepPacer()
+    detect = _Scripted({90: [_in_turn(false, 90, size)]}, frame)  # nothing upright
+    detect_rotated(detect, frame, "auto", pacer=pacer, index=1)
+    assert pacer.turns == (90,)
+    asked = []
+    for index in range(3, 30, 2):
+        detect = _Scripted({0: [upright]}, frame)
+        detect_rotated(detect, frame, "auto", pacer=pacer, index=index)
+        asked.append(len(detect.asked))
+    # frames 3-7 try the turn as well (the upright face is as many faces as that sweep kept),
+    # frame 9 sweeps every turn and forgets it
+    assert asked[:4] == [2, 2, 2, 8] and asked[4:] == [1] * 10 and pacer.turns == ()
+
+
+def test_an_upright_face_seen_rolled_40_degrees_sends_the_frame_to_every_turn() -> None:
+    """A review: a face the upright pass sees rolled 30-45 degrees is seen better at the next
+    turn (the first rank of the sweep is within 30): the turns tried first do not stop there."""
+    size = (400, 300)
+    frame = np.random.default_rng(5).integers(0, 256, (300, 400, 3), np.uint8)
+    pacer = SweepPacer()
+    lying = _face(150, 150, 100, 0.9, roll=90)
+    detect_rotated(_Scripted({270: [_in_turn(lying, 270, size)]}, frame), frame, "auto",
+                   pacer=pacer, index=1)
+    tilted = _face(150, 150, 100, 0.9, roll=40)
+    detect = _Scripted({0: [tilted], 315: [_in_turn(tilted, 315, size)]}, frame)
+    faces = detect_rotated(detect, frame, "auto", pacer=pacer, index=2)
+    assert len(detect.asked) == 1 + len(ANGLES) and [f.angle for f in faces] == [315]
+
+
 def test_the_engine_paces_a_videos_faceless_frames_and_a_new_video_starts_afresh(
         analyser: DlibFaceAnalyser, source: LoadedImage,
         monkeypatch: pytest.MonkeyPatch) -> None:

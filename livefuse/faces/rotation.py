@@ -175,7 +175,7 @@ class SweepPacer:
             pictures are stored on their side (the display matrix turns them for the viewer)
             has every face rolled a quarter turn: each frame then needs the sweep, and trying
             these turns first saves the other six detector passes (:func:`detect_rotated`).
-        seen: the faces the last sweep (full or not) kept.
+        seen: the faces the last full sweep kept.
     """
 
     def __init__(self, every: int = SWEEP_EVERY, idle: int = IDLE_FRAMES) -> None:
@@ -186,6 +186,7 @@ class SweepPacer:
         self.turns: tuple[int, ...] = ()
         self.faces = 0
         self.seen: list[Face] = []
+        self._full: int | None = None  # the index of the last full sweep
 
     def skip(self, index: int) -> bool:
         """Whether the faceless frame ``index`` goes without a sweep."""
@@ -203,13 +204,20 @@ class SweepPacer:
 
     def full_sweep(self, index: int) -> bool:
         """Whether frame ``index`` sweeps every turn even when :attr:`turns` find its faces:
-        every :data:`SWEEP_EVERY`-th frame, so that a face appearing at another turn is found
-        within about a quarter second at 30 fps."""
-        return not self.turns or index % self.every == 0
+        on every :data:`SWEEP_EVERY`-th frame, so that a face appearing at another turn is found
+        within about a quarter second at 30 fps, and on any frame ``every`` or more after the
+        last full sweep (with ``--detect-every 2`` the detecting frames may all be odd: a
+        review found a turn remembered for ever)."""
+        return not self.turns or index % self.every == 0 or self._full is None or \
+            not 0 <= index - self._full < self.every
+
+    def swept(self, index: int) -> None:
+        """Frame ``index`` swept every turn."""
+        self._full = index
 
     def reset(self) -> None:
         self._last = self._first = None
-        self.turns, self.faces, self.seen = (), 0, []
+        self.turns, self.faces, self.seen, self._full = (), 0, [], None
 
 
 def _rank(face: Face, roll_in_view: float) -> tuple[int, float]:
@@ -286,6 +294,8 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
     if paced is not None:
         paced.turns = tuple(a for a in ANGLES if any(f.angle == a for f, _ in kept))
         paced.faces = len(kept)
+        paced.seen = [f for f, _ in kept]
+        paced.swept(index)
     return _done(kept, misfits, dropped, paced, index)
 
 
@@ -301,8 +311,9 @@ had in the last sweep."""
 
 
 def _continues(face: Face, seen: Sequence[Face]) -> bool:
-    """Whether ``face``, found at a turn tried first, continues a face of the last sweep: the
-    same turn, overlapping it (:data:`OVERLAP`), with :data:`SCORE_KEPT` of its score. A phone
+    """Whether ``face``, found at a turn tried first, continues a face of the last full sweep:
+    the same turn, overlapping it (:data:`OVERLAP`), with :data:`SCORE_KEPT` of its score (of
+    the full sweep's, so that a score cannot halve frame after frame). A phone
     turned over puts the face at the opposite turn, where the turn tried first can see a false
     face in it (issue 15's upside-down mouth, scoring 0.04): the full sweep, which finds the
     face upright at the other turn, drops that one; this sends such a frame to it."""
@@ -332,8 +343,6 @@ def _done(kept: list[tuple[Face, float]], misfits: list[SkippedFace],
           dropped: list[SkippedFace] | None, paced: SweepPacer | None, index: int) -> list[Face]:
     """The kept faces left to right; the misfits overlapping none of them reported."""
     faces = sorted((f for f, _ in kept), key=lambda f: float(f.bbox[0] + f.bbox[2]))
-    if paced is not None:
-        paced.seen = faces
     if dropped is not None:
         dropped += [m for m in misfits
                     if not any(overlap(m.bbox, g.bbox) >= OVERLAP for g in faces)]

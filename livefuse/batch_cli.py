@@ -216,7 +216,8 @@ def run_batch_cli(args: argparse.Namespace) -> int:
                             "is a folder (a pattern's ** reaches every depth by itself)")
     spec = EngineSpec(config, args.source.resolve(), args.source_face_index,
                       None if args.reference is None else args.reference.resolve())
-    job = job_key(spec, video, args.chunk_seconds)
+    job = job_key(spec, video, args.chunk_seconds, workers_here=args.address is None,
+                  cpu_workers=args.gpus_per_worker == 0)
     plan = plan_items(args.inputs, args.output_dir, args.recursive, args.overwrite,
                       other_inputs={"source": args.source, "reference": args.reference},
                       job=job)

@@ -347,6 +347,18 @@ def test_the_job_key_follows_what_decides_the_pixels(tmp_path: Path, t1_path: Pa
     assert job_changes(key(device="cpu"), key(device="cpu", precision="fp16")) == [
         "the engine settings"]
     assert job_changes(here, key(models_dir=str(tmp_path))) == ["the engine settings"]
+    # a review: a joined cluster's workers have GPUs and encoders this machine cannot see, and
+    # --gpus-per-worker 0 runs them on the CPU: neither is resolved here
+    def far(device: str, **kw: Any) -> str:
+        return job_key(EngineSpec(EngineConfig(engine="neural", device=device), astronaut_path),
+                       VideoOptions(), **kw)
+
+    assert not same_job(far("auto", workers_here=False), far("cpu", workers_here=False))
+    assert same_job(far("cuda:1", workers_here=False), far("cuda", workers_here=False))
+    assert same_job(far("auto", cpu_workers=True), far("cpu"))
+    assert not same_job(far("auto", workers_here=False),
+                        job_key(EngineSpec(EngineConfig(engine="neural"), astronaut_path),
+                                VideoOptions(encoder="libx264"), workers_here=False))
     # the default folder is not keyed by the user's home it is in
     assert "models_dir=None" in _pixel_settings(EngineConfig(engine="neural"))
     # a record from before "settings": its settings are compared as it hashed them

@@ -69,13 +69,15 @@ SUPERSEDED = {"engine": "settings", "video": "encoding"}
 """Parts as records written before their successor existed hashed them (``engine``: the
 settings' repr, the device and the models folder as spelt; ``video``: the encoder as named,
 ``auto`` too): :func:`job_changes` compares one only with a key that lacks its successor, so a
-season recorded then is neither remade for a spelling nor kept under other settings."""
+season recorded then is never kept under other settings (though, as then, another spelling of
+the device, the models folder or the encoder still remakes it)."""
 
 VIDEO_PARTS = ("encoding", "video")
 """The parts that decide a video's pixels and not a photo's."""
 
 
-def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None = None) -> str:
+def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None = None, *,
+            workers_here: bool = True, cpu_workers: bool = False) -> str:
     """What decides a long video's chunks and their pixels: livefuse's version, the engine
     settings, the source and reference photos (their contents), the encoder and
     quality, and ``--chunk-seconds`` (``None``: chosen from the workers). An interrupted
@@ -83,6 +85,10 @@ def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None =
     so a rerun with another face or setting starts over.
 
     For the neural engine this imports torch (to resolve ``auto`` device and precision).
+    ``workers_here``: the workers run on this machine (not a joined cluster, whose GPUs and
+    encoders this machine cannot see): only then are ``auto`` device, precision and encoder
+    resolved; otherwise they are keyed as given. ``cpu_workers``: the workers have no GPU
+    (``--gpus-per-worker 0``), whatever this machine has.
 
     Returns:
         ``part=hex;...`` for each of :data:`JOB_PARTS` (8 hex digits of SHA-256 each), so a
@@ -100,10 +106,12 @@ def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None =
 
     parts: dict[str, object] = {
         "version": __version__,
-        "settings": [_pixel_settings(spec.config), repr(spec.cache), spec.source_face_index],
+        "settings": [_pixel_settings(spec.config, workers_here, cpu_workers), repr(spec.cache),
+                     spec.source_face_index],
         "engine": [repr(spec.config), repr(spec.cache), spec.source_face_index],
         "photos": [stamp(spec.source), stamp(spec.reference)],
-        "encoding": [_encoder_named(video.encoder, video.crf), video.crf],
+        "encoding": [_encoder_named(video.encoder, video.crf) if workers_here
+                     else video.encoder, video.crf],
         "video": [video.encoder, video.crf],
         "chunks": chunk_seconds,
     }
@@ -111,19 +119,23 @@ def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None =
                     for name, value in parts.items())
 
 
-def _pixel_settings(config: EngineConfig) -> str:
+def _pixel_settings(config: EngineConfig, here: bool = True, cpu: bool = False) -> str:
     """The engine settings as they decide the pixels. The device as the kind it resolves to
     (``cpu`` or ``cuda``) and the precision as resolved on it: ``auto`` against ``cuda``, or
     ``cuda:1``, is the same job (a review found that either remade a season of outputs), while
     a CPU, or a GPU that runs another precision, is not. An explicit models folder as the
     absolute folder it names (a relative ``--models-dir`` and its absolute path are one); the
-    default one as ``None``, whatever user's home it is in. The classic engine reads neither."""
+    default one as ``None``, whatever user's home it is in. The classic engine reads neither.
+    Workers elsewhere (not ``here``) have the device and precision keyed as given; CPU workers
+    (``cpu``) run on the CPU whatever was asked."""
     from livefuse.precision import DeviceInfo, probe_device, resolve_precision
     from livefuse.swap.neural_engine import resolve_device
 
     if config.engine == "classic":
         return repr(replace(config, device="", models_dir=None))
-    device = resolve_device(config.device)
+    if not here and not cpu:  # this machine cannot see the workers' GPUs nor folders
+        return repr(replace(config, device=config.device.split(":")[0]))
+    device = "cpu" if cpu else resolve_device(config.device)
     try:
         info = probe_device(device)
     except Exception:  # a GPU index this machine lacks: the engine's build will say so

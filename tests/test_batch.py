@@ -404,6 +404,12 @@ def test_an_earlier_batchs_output_folder_inside_the_inputs_is_left_out_and_said(
     linked = plan_items([f"{season}/**/*.jpg"], tmp_path / "linked", False, False)
     assert [i.input.name for i in linked.items] == ["original.jpg"]
     assert [files for _, files in linked.earlier_outputs] == [1]
+    # a link to a folder above: glob's ** went round it, one photo made 41 items (a review)
+    (src / "week1" / "up").symlink_to("..", target_is_directory=True)
+    looped = plan_items([f"{src / 'week1'}/**/*.jpg"], tmp_path / "looped", False, False)
+    real = [i.input.resolve() for i in looped.items]
+    assert len(real) == len(set(real)) == 3  # pic.jpg, and through the link top.jpg and
+    assert looped.items[0].input == src / "week1" / "pic.jpg"  # out/original.jpg, once each
 
 
 def test_an_output_made_with_another_face_photo_is_made_again(tmp_path: Path,

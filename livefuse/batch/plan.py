@@ -210,6 +210,20 @@ def _is_ours(path: Path) -> bool:
     return any(part.startswith(".") for part in path.parts) or CHUNK_DIR in path.parts
 
 
+def _once(paths: list[Path]) -> list[Path]:
+    """``paths`` without the later ones that are the same file: glob's ``**`` follows symbolic
+    links, and a link to a folder above (``season/a/up -> ..``) made one photo 41 items (a
+    review); the shortest path, first in sorted order, is kept."""
+    seen: set[Path] = set()
+    kept = []
+    for p in sorted(paths, key=lambda q: (len(q.parts), q)):
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            kept.append(p)
+    return sorted(kept)
+
+
 def _walk_root(raw: str) -> Path:
     """The folder a folder input or a pattern walks (a pattern's part before its first magic)."""
     p = Path(raw)
@@ -353,7 +367,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
         elif glob.has_magic(raw):
             # `**` asks for every depth whatever --recursive says: Python's glob otherwise
             # reads it as `*`, and a new user's 'in/**/*.mp4' left in/b/c/deep.mp4 out, exit 0
-            matches = sorted(Path(m) for m in glob.glob(raw, recursive=True))
+            matches = _once(sorted(Path(m) for m in glob.glob(raw, recursive=True)))
             every = walked(raw, [m for m in matches if m.is_file()])
             files = [f for f in every if _media(f)]
             other += [f for f in every if not _media(f)]

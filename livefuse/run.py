@@ -64,6 +64,10 @@ class RunSummary:
     :data:`~livefuse.errors.EXIT_INCOMPLETE`."""
     stats: ChainStats | None = None
     """Busy seconds per pipeline stage (videos)."""
+    bad_packets: int = 0
+    failures: tuple[Fraction, ...] = ()
+    """Video packets skipped as undecodable, and where (see
+    :attr:`~livefuse.io.video.TranscodeResult.failures`)."""
     input_notes: tuple[str, ...] = ()
     """Notes on this target's content, also in ``notes`` (an odd size padded, timestamps moved,
     transparency flattened): ``batch`` names them per item, where its other notes (encoder,
@@ -247,6 +251,7 @@ def run_video(engine: Engine, target: Path, output: Path, progress: bool = True,
     summary.seconds = time.perf_counter() - t0
     summary.frames = result.frames
     summary.incomplete = result.incomplete
+    summary.bad_packets, summary.failures = result.bad_packets, result.failures
     summary.skipped = tuple(processor.skipped_lines())
     notes = list(result.notes)
     summary.input_notes = tuple(result.notes)

@@ -818,10 +818,13 @@ def test_a_cut_input_says_it_ended_early_whole_or_in_chunks(
 
 
 @pytest.mark.parametrize("chunk_seconds", [None, 1.0])
+@pytest.mark.parametrize("audio_tracks", [0, 1])
 def test_a_damaged_stretch_in_the_middle_is_not_an_early_end(
-        tmp_path: Path, chunk_seconds: float | None) -> None:
+        tmp_path: Path, chunk_seconds: float | None, audio_tracks: int) -> None:
     """A new user's trial: "input ended early: 245 of 300 frames" for a file whose frames after
-    a damaged stretch, to its end, were in the output."""
+    a damaged stretch, to its end, were in the output. Zeroed data keeps its audio packets, so
+    the sound "goes on" through the hole: the packets that failed to decode still make it
+    damage, in chunks too (a review: "the picture pauses", exit 0)."""
     from fractions import Fraction
 
     import numpy as np
@@ -831,7 +834,7 @@ def test_a_damaged_stretch_in_the_middle_is_not_an_early_end(
     noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(240)]
     (tmp_path / "in").mkdir()
     clip = write_clip(tmp_path / "in" / "holed.mp4", list(range(240)), Fraction(1, 30),
-                      Fraction(30), audio_tracks=0, pictures=noise,
+                      Fraction(30), audio_tracks=audio_tracks, pictures=noise,
                       options={"movflags": "faststart"})
     data = bytearray(clip.read_bytes())
     a, b = int(len(data) * 0.45), int(len(data) * 0.6)
@@ -843,6 +846,29 @@ def test_a_damaged_stretch_in_the_middle_is_not_an_early_end(
     why = summary.incomplete[0].incomplete
     assert why is not None and " of 240 frames could not be decoded: no frame for " in why, why
     assert "ended early" not in why
+
+
+@pytest.mark.parametrize("chunk_seconds", [None, 1.0])
+def test_a_cut_recording_whose_picture_paused_ended_early_whole_or_in_chunks(
+        tmp_path: Path, chunk_seconds: float | None) -> None:
+    """A review: a picture that pauses while its sound goes on, in a file cut at 90 %, was
+    "input damaged ... no frame for 3.0 s" (the pause, not the cut end)."""
+    from fractions import Fraction
+
+    import numpy as np
+    from clips import write_clip
+
+    rng = np.random.default_rng(0)
+    frames = [*range(60), *range(150, 240)]  # 3 s with no new picture after 2 s
+    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in frames]
+    (tmp_path / "in").mkdir()
+    clip = write_clip(tmp_path / "in" / "paused.mp4", frames, Fraction(1, 30), Fraction(30),
+                      audio_tracks=1, pictures=noise, options={"movflags": "faststart"})
+    clip.write_bytes(clip.read_bytes()[: int(clip.stat().st_size * 0.9)])
+    summary = run_batch(_opts(tmp_path / "in", tmp_path / "out", chunk_seconds=chunk_seconds),
+                        marking_engine, quiet=True)
+    why = summary.incomplete[0].incomplete
+    assert why is not None and why.startswith("input ended early: ") and "no frame" not in why
 
 
 @pytest.mark.parametrize("ext", ["mp4", "mkv"])

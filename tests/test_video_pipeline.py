@@ -380,6 +380,45 @@ def test_a_cut_recording_whose_picture_paused_ended_early_and_its_pause_is_no_da
     assert "damaged" not in text and "no frame for" not in text, text
 
 
+def test_a_lossless_cut_whose_count_includes_frames_its_edit_list_leaves_out_is_whole(
+        tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review: a cut from 5 s copied without re-encoding keeps the GOP from the keyframe at
+    4 s, and its container counts those 30 frames that its edit list leaves out: "input
+    damaged: 30 of 180 frames could not be decoded", exit 3, on a valid file. With no hole and
+    no decoding failure, frames that reach the declared end are the whole video."""
+    src = write_clip(tmp_path / "full.mp4", list(range(300)), Fraction(1, 30), Fraction(30),
+                     gop=60, audio_tracks=1)
+    cut = tmp_path / "cut.mp4"
+    with av.open(str(src)) as i, av.open(str(cut), "w") as o:
+        vi, ai = i.streams.video[0], i.streams.audio[0]
+        vo, ao = o.add_stream_from_template(vi), o.add_stream_from_template(ai)
+        started = False
+        for p in i.demux(vi, ai):
+            if p.dts is None:
+                continue
+            if p.stream is vi:
+                started = started or (p.is_keyframe and p.pts * vi.time_base == 4)
+                if not started:
+                    continue
+                shift = int(Fraction(5) / vi.time_base)
+                p.pts, p.dts, p.stream = p.pts - shift, p.dts - shift, vo
+            else:
+                if p.pts * ai.time_base < 5:
+                    continue
+                p.pts -= int(Fraction(5) / ai.time_base)
+                p.dts, p.stream = p.pts, ao
+            o.mux(p)
+    with av.open(str(cut)) as c:
+        declared, decoded = c.streams.video[0].frames, sum(1 for _ in c.decode(video=0))
+    assert declared - decoded >= 20  # the container counts the frames before 5 s
+    monkeypatch.setattr("livefuse.engine.Engine", lambda *a, **k: _Sourced())
+    assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(cut), "-o",
+                 str(tmp_path / "out.mp4")]) == 0
+    text = "".join(capsys.readouterr())
+    assert "damaged" not in text and "ended early" not in text, text
+
+
 def test_live_on_a_truncated_video_says_so_in_a_sentence_and_exits_3(
         tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A new user's trial: `live --video` on a cut file printed a raw errno and exited 0."""

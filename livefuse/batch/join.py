@@ -81,6 +81,8 @@ class Joined:
     gap: Fraction = Fraction(0)
     gap_at: Fraction = Fraction(0)
     sound_through_gap: bool = False
+    first: Fraction = Fraction(0)
+    """The first frame's timestamp (s, the input's timeline)."""
 
 
 def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> Joined:
@@ -155,7 +157,7 @@ def join_chunks(src: Path, chunks: Sequence[Path], dst: Path) -> Joined:
     shown = sorted(pts)
     step, at = max(((b - a, a) for a, b in itertools.pairwise(shown)), default=(0, shown[0]))
     return Joined(len(pts), (shown[-1] - shown[0]) * tb, step * tb, (at - shown[0]) * tb,
-                  sound_goes_on(heard, at * tb, (at + step) * tb))
+                  sound_goes_on(heard, at * tb, (at + step) * tb), shown[0] * tb)
 
 
 __all__ = ["Joined", "join_chunks"]

@@ -402,7 +402,13 @@ class _Collector:
 
     def _join(self, item: Item, parts: list[UnitResult]) -> None:
         from livefuse.batch.join import join_chunks
-        from livefuse.io.video import gap_reason, incomplete_reason, paused_note, probe
+        from livefuse.io.video import (
+            ERROR_LAG_FRAMES,
+            gap_reason,
+            incomplete_reason,
+            paused_note,
+            probe,
+        )
 
         failed = next((r for r in parts if not r.ok), None)
         keep = False
@@ -424,13 +430,22 @@ class _Collector:
                 return
             joined = join_chunks(item.input, [r.unit.output for r in parts], item.output)
             info = probe(item.input)
+            # packets that failed to decode near the hole make it damage, whatever the sound
+            # did, as `run` tells it (a review: a chunked batch called such a stretch a paused
+            # picture, exit 0)
+            start = joined.first + joined.gap_at
+            near = any(start - ERROR_LAG_FRAMES / info.rate <= t <= start + joined.gap
+                         for r in parts for t in r.failures)
+            paused = joined.sound_through_gap and not near
+            bad = sum(r.bad_packets for r in parts)
             # a container that declares no frame count (Matroska) still declares a duration
             early = incomplete_reason(joined.frames, info.frames, info.duration,
                                       joined.span + 1 / info.rate, info.rate,
-                                      hole=None if joined.sound_through_gap else
-                                      (joined.gap, joined.gap_at))
+                                      bad_packets=bad,
+                                      hole=None if paused else (joined.gap, joined.gap_at),
+                                      skipped="damaged data" if bad else None)
             if early is None and gap_reason(joined.gap, joined.gap_at, info.rate) is not None:
-                if joined.sound_through_gap:  # a paused picture, as `run` says it
+                if paused:  # a paused picture, as `run` says it
                     line = f"'{item.input}': {paused_note(joined.gap, joined.gap_at)}"
                     if line not in self.item_notes:
                         self.item_notes.append(line)

@@ -17,6 +17,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -199,6 +200,8 @@ class UnitResult:
         message: why not, one line naming the file and the problem.
         frames: frames written; faces_found, faces_swapped: as in ``run``'s summary.
         incomplete: the input ended early (the output holds what was decoded).
+        bad_packets, failures: video packets skipped as undecodable, and where
+            (:attr:`livefuse.run.RunSummary.failures`).
         seconds: wall time on the worker.
         worker: the worker's name.
         notes: the run's notes (encoder, decoder, audio).
@@ -214,6 +217,8 @@ class UnitResult:
     faces_found: int = 0
     faces_swapped: int = 0
     incomplete: str | None = None
+    bad_packets: int = 0
+    failures: tuple[Fraction, ...] = ()
     seconds: float = 0.0
     worker: str = ""
     notes: tuple[str, ...] = ()
@@ -430,6 +435,7 @@ class BatchWorker:
                                 video=self.video, span=unit.span, on_frame=count,
                                 cancel=self.cancel)
             result.incomplete = summary.incomplete
+            result.bad_packets, result.failures = summary.bad_packets, summary.failures
             if summary.stats is not None:
                 for stage, seconds in summary.stats.busy_s.items():
                     self._stats.stage_s[stage] = self._stats.stage_s.get(stage, 0.0) + seconds

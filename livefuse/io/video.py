@@ -165,6 +165,11 @@ class TranscodeResult:
     """The output's video time base when it is coarser than the input's (Matroska counts in
     1/1000 s): each frame's timestamp is then rounded to it; ``None`` when every one is kept
     exactly."""
+    bad_packets: int = 0
+    """Video packets that could not be decoded and were skipped."""
+    failures: tuple[Fraction, ...] = ()
+    """For each of them, the timestamp (s, the input's timeline) of the last frame written
+    before it: a chunked batch's join tells a damaged stretch from a paused picture by them."""
 
     @property
     def measured_rate(self) -> Fraction | None:
@@ -491,7 +496,7 @@ class _Decoder:
         # a gap where packets failed to decode is damage, whatever the sound did: zeroed
         # video data in an MP4 keeps its audio packets (a new user's damaged clip). The
         # decoder's frame threads report a failure a few frames late or early.
-        near = self.gap[1] - _ERROR_LAG_FRAMES * self.step, self.gap[1] + self.gap[0]
+        near = self.gap[1] - ERROR_LAG_FRAMES * self.step, self.gap[1] + self.gap[0]
         failed = any(p is not None and near[0] <= p <= near[1] for p in self._failed_after)
         paused = hole is not None and not failed and \
             sound_goes_on(self.sound, self.gap[1] * self.tb,
@@ -510,7 +515,7 @@ class _Decoder:
         return hole
 
 
-_ERROR_LAG_FRAMES = 16
+ERROR_LAG_FRAMES = 16
 """How many frames away from a hole a decoding failure may be reported and still be its cause
 (frame threads; FFmpeg runs up to 16 by default)."""
 
@@ -601,6 +606,11 @@ def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
                   + (f", the longest of {holes} such gaps" if holes > 1 else ""))
     if declared > 0 and missing > max(1, declared * EARLY_END_TOLERANCE):
         if duration is not None and covered is not None and duration - covered <= slack:
+            if inside is None and skipped is None and error is None:
+                # no hole and no failure: the count includes frames an edit list leaves out
+                # (a lossless cut keeps the GOP before its start; a review: "input damaged",
+                # exit 3, on a valid file)
+                return None
             where = f": {inside} (a damaged stretch); the output shows the frame before it " \
                 "that long" if inside else f" ({skipped})" if skipped else ""
             # FFmpeg's decoder conceals what it lost with blocks of the frames before: a new
@@ -878,6 +888,9 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
             written = Fraction(enc.vout.time_base) if enc.vout.time_base else None
             if written is not None and dec.tb % written != 0:
                 result.time_base_written = written
+            result.bad_packets = dec.bad_packets
+            result.failures = tuple(sorted(p * dec.tb for p in dec._failed_after
+                                           if p is not None))
             if span is None:
                 info_frames = int(dec.vin.frames or 0)
                 result.incomplete = dec.incomplete(info_frames,
@@ -1010,7 +1023,7 @@ def read_frames(path: str | os.PathLike[str]) -> list[Frame]:
         return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
 
 
-__all__ = ["OUTPUT_VIDEO_SUFFIXES", "VIDEO_SUFFIXES", "FrameProcessor", "Processed",
-           "Region", "Span", "TranscodeResult", "VideoInfo", "VideoOptions", "check_audio_fits",
-           "gap_reason", "incomplete_reason", "is_video_path", "muxer_options", "paused_note",
-           "probe", "read_frames", "sound_goes_on", "transcode"]
+__all__ = ["ERROR_LAG_FRAMES", "OUTPUT_VIDEO_SUFFIXES", "VIDEO_SUFFIXES", "FrameProcessor",
+           "Processed", "Region", "Span", "TranscodeResult", "VideoInfo", "VideoOptions",
+           "check_audio_fits", "gap_reason", "incomplete_reason", "is_video_path",
+           "muxer_options", "paused_note", "probe", "read_frames", "sound_goes_on", "transcode"]

@@ -252,8 +252,8 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
             no face sweeps the turns only when it says so (``None``: every such frame), and a
             sweep tries its :attr:`~SweepPacer.turns` first: when they and the upright pass give
             as many faces as the last full sweep, all seen near upright (:func:`_steady`), and
-            each turned one continues a face of the last sweep (:func:`_continues`), the other
-            turns are not tried (except on :meth:`~SweepPacer.full_sweep` frames).
+            each turned one continues a face of the last full sweep (:func:`_continues`), the
+            other turns are not tried (except on :meth:`~SweepPacer.full_sweep` frames).
         index: the frame's index in the video (for ``pacer``).
 
     Returns:
@@ -307,7 +307,7 @@ def _steady(face: Face, roll: float) -> bool:
 
 SCORE_KEPT = 0.5
 """A turned face found without the full sweep keeps at least this share of the score its face
-had in the last sweep."""
+had in the last full sweep."""
 
 
 def _continues(face: Face, seen: Sequence[Face]) -> bool:

@@ -229,6 +229,7 @@ def test_live_frames_are_captured_into_lent_buffers_and_staged_without_a_copy(
         f[0, 0] = i  # which input an output came from
     expected = {i: eng.process(f.copy()).output for i, f in enumerate(frames)}
     copies = stager.copies  # the frames above were staged from their own arrays
+    refused = stager.pool.refused
     outs: list[np.ndarray] = []
     runner = LiveRunner(eng, FramesSource(frames, fps=200.0), [CallbackSink(
         lambda f, t: outs.append(f.copy()))], AppConfig(engine=cfg, cache=CacheConfig(
@@ -240,8 +241,10 @@ def test_live_frames_are_captured_into_lent_buffers_and_staged_without_a_copy(
     assert runner.stop(2.0)
     assert len(outs) >= 12, runner.errors
     assert stager.pool.lent >= len(outs)
-    # the first frame may come before the inference thread has taken the engine (unlent)
-    assert stager.copies - copies <= 1
+    # the first frame may come before the inference thread has taken the engine (unlent), and
+    # a frame captured while every buffer of the pool was held is copied, by design (the
+    # capture at 200 fps outruns a loaded CI machine's engine: 2 copies there once)
+    assert stager.copies - copies <= 1 + stager.pool.refused - refused
     for out in outs:
         want = expected[int(out[0, 0, 0])]
         assert want is not None

@@ -88,7 +88,9 @@ def add_parser(sub: Any) -> None:
                         "anyway)")
     p.add_argument("--overwrite", action="store_true",
                    help="process items whose output exists (default: skip them)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress display and no status line while the batch runs: the "
+                        "summary at the end says it all")
     p.add_argument("--workers", type=at_least(1), default=None,
                    help="parallel workers, each with its own engine (default: Ray: as many as "
                         "the GPUs, or CPUs, allow at the given share; without Ray: 1)")
@@ -235,15 +237,25 @@ def run_batch_cli(args: argparse.Namespace) -> int:
         spec()
 
     said: set[str] = set()
+    held: list[str] = []
 
     def status(line: str) -> None:
+        if args.quiet:  # the summary repeats it
+            held.append(line)
+            return
         said.add(_plain(line))
         say(line)
 
     neural = config.engine == "neural"
-    summary = run_batch(opts, spec, neural=neural, device=config.device if neural else None,
-                        detect_every=config.detect_every, quiet=args.quiet, on_line=status,
-                        plan=plan, job=job)
+    try:
+        summary = run_batch(opts, spec, neural=neural, device=config.device if neural else None,
+                            detect_every=config.detect_every, quiet=args.quiet,
+                            on_line=status, plan=plan, job=job)
+    except BaseException:
+        # no summary follows: what -q held back (failures so far, the chunks kept) is said now
+        for line in held:
+            say(line)
+        raise
     print(summary_text(summary.lines(), said))
     if summary.failed:
         return EXIT_FAILED

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Hashable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clips import ntsc_clip
@@ -1146,14 +1147,52 @@ def test_on_one_terminal_the_summary_does_not_repeat_the_status_lines(
     monkeypatch.setattr(batch_cli, "_one_terminal", lambda: one_terminal)
     monkeypatch.setattr("livefuse.batch.runner.make_pool", _marking_pool(monkeypatch))
     code = cli.main(["batch", str(mixed), str(tmp_path / "missing.jpg"), "-o",
-                     str(tmp_path / "o"), "-s", str(astronaut_path), "-q", "--executor",
-                     "local"])
+                     str(tmp_path / "o"), "-s", str(astronaut_path), "--executor", "local"])
     assert code == 1
     said = capsys.readouterr()
     for name in ("missing.jpg", "c.mp4", "d.png"):
         assert said.err.count(name) == 1, said.err
         assert said.out.count(name) == (0 if one_terminal else 1), said.out
     assert "items:    5: 2 done, 0 skipped (output exists), 3 failed" in said.out
+
+
+@pytest.mark.parametrize("one_terminal", [True, False])
+def test_quiet_says_nothing_while_the_batch_runs_and_the_summary_says_it_all(
+        mixed: Path, tmp_path: Path, astronaut_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], one_terminal: bool) -> None:
+    """A new user's trial: -q left the ``[batch]`` lines (workers, notes, failures) on stderr.
+    Quiet, the summary on stdout is all there is, and it lists every failure."""
+    from livefuse import batch_cli, cli
+
+    monkeypatch.setattr(batch_cli, "_one_terminal", lambda: one_terminal)
+    monkeypatch.setattr("livefuse.batch.runner.make_pool", _marking_pool(monkeypatch))
+    code = cli.main(["batch", str(mixed), str(tmp_path / "missing.jpg"), "-o",
+                     str(tmp_path / "o"), "-s", str(astronaut_path), "-q", "--executor",
+                     "local"])
+    assert code == 1
+    said = capsys.readouterr()
+    assert "[batch]" not in said.err, said.err
+    for name in ("missing.jpg", "c.mp4", "d.png"):
+        assert said.out.count(name) == 1, said.out
+    assert "items:    5: 2 done, 0 skipped (output exists), 3 failed" in said.out
+
+
+def test_a_quiet_batch_interrupted_says_what_it_held_back(
+        mixed: Path, tmp_path: Path, astronaut_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """No summary follows an interrupt: the lines -q held back (a failure so far) are said."""
+    from livefuse import cli
+    from livefuse.batch import runner
+
+    def interrupted(*args: object, **kw: Any) -> object:
+        kw["on_line"]("failed: x.mp4: no face")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_batch", interrupted)
+    code = cli.main(["batch", str(mixed), "-o", str(tmp_path / "o"), "-s",
+                     str(astronaut_path), "-q", "--executor", "local"])
+    assert code == 130
+    assert "[batch] failed: x.mp4: no face" in capsys.readouterr().err
 
 
 def _marking_pool(monkeypatch: pytest.MonkeyPatch) -> object:

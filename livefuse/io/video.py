@@ -405,7 +405,7 @@ class _Decoder:
         """What stopped decoding, in words: after frames were decoded, "no readable video data
         ... or it is not a video" contradicted the frames in hand (a new user's trial)."""
         if self.decoded > 0 and isinstance(exc, av.error.InvalidDataError):
-            return "the data after that could not be read (the file is damaged or was cut off)"
+            return CUT_OFF
         return plain_av_error(exc)
 
     def __iter__(self) -> Iterator[Any]:
@@ -515,6 +515,10 @@ class _Decoder:
         return hole
 
 
+CUT_OFF = "the data after that could not be read (the file is damaged or was cut off)"
+"""Why a video ended before its declared end, when the frames decoded before it were fine."""
+
+
 ERROR_LAG_FRAMES = 16
 """How many frames away from a hole a decoding failure may be reported and still be its cause
 (frame threads; FFmpeg runs up to 16 by default)."""
@@ -619,13 +623,16 @@ def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
                 "damage" if skipped else ""
             return (f"input damaged: {missing} of {declared} frames could not be "
                     f"decoded{where}{blocks}")
-        why = f": {error}" if error else ""
+        # the same words whether the decoder raised at the cut or just ran out of data: which
+        # one happens depends on its thread count (a review: Ray's one-CPU workers and `run`
+        # worded the same cut file differently)
+        why = f": {error or CUT_OFF}"
         also = f"; also {inside} (a damaged stretch)" if inside else ""
         return f"input ended early: {decoded} of {declared} frames{why}{also}"
     if declared <= 0 and duration and covered is not None and duration - covered > slack:
         about = round(duration * rate)
         return (f"input ended early: {decoded} frames, {float(covered):.1f} s of "
-                f"{float(duration):.1f} s (about {about} frames)")
+                f"{float(duration):.1f} s (about {about} frames): {error or CUT_OFF}")
     if error is not None or skipped is not None:
         return (f"input damaged: {bad_packets or 1} part(s) could not be decoded "
                 f"({error or skipped}); {decoded} frames decoded")
@@ -1023,7 +1030,8 @@ def read_frames(path: str | os.PathLike[str]) -> list[Frame]:
         return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
 
 
-__all__ = ["ERROR_LAG_FRAMES", "OUTPUT_VIDEO_SUFFIXES", "VIDEO_SUFFIXES", "FrameProcessor",
+__all__ = ["CUT_OFF", "ERROR_LAG_FRAMES", "OUTPUT_VIDEO_SUFFIXES", "VIDEO_SUFFIXES",
+           "FrameProcessor",
            "Processed", "Region", "Span", "TranscodeResult", "VideoInfo", "VideoOptions",
            "check_audio_fits", "gap_reason", "incomplete_reason", "is_video_path",
            "muxer_options", "paused_note", "probe", "read_frames", "sound_goes_on", "transcode"]

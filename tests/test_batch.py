@@ -13,6 +13,7 @@ from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
+import av
 import pytest
 from clips import ntsc_clip
 
@@ -819,13 +820,15 @@ def test_a_cut_input_says_it_ended_early_whole_or_in_chunks(
 
 
 @pytest.mark.parametrize("chunk_seconds", [None, 1.0])
-@pytest.mark.parametrize("audio_tracks", [0, 1])
+@pytest.mark.parametrize(("audio_tracks", "where"), [(0, 0.45), (1, 0.45), (0, None)])
 def test_a_damaged_stretch_in_the_middle_is_not_an_early_end(
-        tmp_path: Path, chunk_seconds: float | None, audio_tracks: int) -> None:
+        tmp_path: Path, chunk_seconds: float | None, audio_tracks: int,
+        where: float | None) -> None:
     """A new user's trial: "input ended early: 245 of 300 frames" for a file whose frames after
     a damaged stretch, to its end, were in the output. Zeroed data keeps its audio packets, so
     the sound "goes on" through the hole: the packets that failed to decode still make it
-    damage, in chunks too (a review: "the picture pauses", exit 0)."""
+    damage, in chunks too (a review: "the picture pauses", exit 0). A review: a damaged first
+    GOP was still "ended early" (the end was measured from the first frame decoded)."""
     from fractions import Fraction
 
     import numpy as np
@@ -838,7 +841,12 @@ def test_a_damaged_stretch_in_the_middle_is_not_an_early_end(
                       Fraction(30), audio_tracks=audio_tracks, pictures=noise,
                       options={"movflags": "faststart"})
     data = bytearray(clip.read_bytes())
-    a, b = int(len(data) * 0.45), int(len(data) * 0.6)
+    if where is None:  # from the first frame's data on: the first GOP
+        with av.open(str(clip)) as c:
+            a = next(p.pos for p in c.demux(video=0) if p.size)
+    else:
+        a = int(len(data) * where)
+    b = a + int(len(data) * 0.15)
     data[a:b] = bytes(b - a)
     clip.write_bytes(bytes(data))
     summary = run_batch(_opts(tmp_path / "in", tmp_path / "out", chunk_seconds=chunk_seconds),
@@ -847,6 +855,34 @@ def test_a_damaged_stretch_in_the_middle_is_not_an_early_end(
     why = summary.incomplete[0].incomplete
     assert why is not None and " of 240 frames could not be decoded: no frame for " in why, why
     assert "ended early" not in why
+    assert ("no frame for the first " in why) == (where is None), why
+
+
+@pytest.mark.parametrize("chunk_seconds", [None, 1.0])
+def test_a_video_whose_every_frame_is_damaged_fails_whole_or_in_chunks(
+        tmp_path: Path, chunk_seconds: float | None) -> None:
+    """Chunks wholly inside a damaged stretch write no file and the join goes past them; when
+    every chunk is such, the item fails as the whole file's run does."""
+    from fractions import Fraction
+
+    import numpy as np
+    from clips import write_clip
+
+    rng = np.random.default_rng(0)
+    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(90)]
+    (tmp_path / "in").mkdir()
+    clip = write_clip(tmp_path / "in" / "zeroed.mp4", list(range(90)), Fraction(1, 30),
+                      Fraction(30), pictures=noise, options={"movflags": "faststart"})
+    data = bytearray(clip.read_bytes())
+    with av.open(str(clip)) as c:
+        a = next(p.pos for p in c.demux(video=0) if p.size)
+    data[a:] = bytes(len(data) - a)
+    clip.write_bytes(bytes(data))
+    summary = run_batch(_opts(tmp_path / "in", tmp_path / "out", chunk_seconds=chunk_seconds),
+                        marking_engine, quiet=True)
+    assert [r.status for r in summary.results] == ["failed"]
+    assert "no video frame could be decoded" in summary.results[0].message
+    assert not (tmp_path / "out" / "zeroed.mp4").exists()
 
 
 @pytest.mark.parametrize("chunk_seconds", [None, 1.0])

@@ -318,6 +318,13 @@ DAMAGE = {  # what is done to a 150-frame clip, and what `run` says of it
                       "for "),
     "a stretch and a cut end": ("mp4", [(0.3, 0.15)], 0.85,
                                 "input ended early: {kept} of 150 frames"),
+    # a review: the end was measured from the first frame decoded, so a damaged first GOP
+    # was "input ended early", frames to the file's end in hand
+    "the start": ("mp4", [(0.006, 0.1)], 1.0,
+                  "input damaged: {missing} of 150 frames could not be decoded: no frame for "
+                  "the first "),
+    # its demuxer resyncs after a frame at 0:00: a hole after it
+    "the start, Matroska": ("mkv", [(0.006, 0.1)], 1.0, "input damaged: no frame for "),
 }
 
 

@@ -520,7 +520,8 @@ def key_index(path: Path) -> KeyIndex | None:
     """Scan ``path``'s video packets (no decoding).
 
     Returns:
-        ``None`` when the video cannot be cut: a packet without a timestamp, or a demuxer error.
+        ``None`` when the video cannot be cut: a packet without a timestamp, no keyframe, or a
+        demuxer error.
     """
     opened = open_video(path, "cpu")
     with opened.container as c:
@@ -540,8 +541,8 @@ def key_index(path: Path) -> KeyIndex | None:
                     keyframe_dts[int(pkt.pts)] = int(pkt.pts if pkt.dts is None else pkt.dts)
         except av.error.FFmpegError:
             return None
-    if tb is None or len(decode_order) < 2:
-        return None
+    if tb is None or len(decode_order) < 2 or not any(key for _, key in decode_order):
+        return None  # no keyframe flagged (zeroed video data): nowhere to start a chunk
     cuts, keyframes = [], []
     shown_before = -(2**62)  # the largest pts among the packets before this one
     for k, (pts, key) in enumerate(decode_order):

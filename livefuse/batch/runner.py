@@ -18,6 +18,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -423,12 +424,18 @@ class _Collector:
                         if keep else "")
                 self._finish(item, False, failed.message + more, 0, None, failed.worker)
                 return
+            # a chunk wholly inside a damaged stretch wrote no file: the join goes past it
+            written = [r.unit.output for r in parts if r.frames > 0]
+            if not written:
+                self._finish(item, False, "no video frame could be decoded (damaged data)", 0,
+                             None, "")
+                return
             if sum(r.faces_swapped for r in parts) == 0:
                 frames = sum(r.frames for r in parts)
                 self._finish(item, False, f"no face was swapped in any of the {frames} frames "
                              f"of '{item.input}'; no output was kept", 0, None, "")
                 return
-            joined = join_chunks(item.input, [r.unit.output for r in parts], item.output)
+            joined = join_chunks(item.input, written, item.output)
             info = probe(item.input)
             # packets that failed to decode near the hole make it damage, whatever the sound
             # did, as `run` tells it (a review: a chunked batch called such a stretch a paused
@@ -439,11 +446,13 @@ class _Collector:
             paused = joined.sound_through_gap and not near
             bad = sum(r.bad_packets for r in parts)
             # a container that declares no frame count (Matroska) still declares a duration
+            lead = Fraction(0) if info.start is None else max(Fraction(0),
+                                                              joined.first - info.start)
             early = incomplete_reason(joined.frames, info.frames, info.duration,
                                       joined.span + 1 / info.rate, info.rate,
                                       bad_packets=bad,
                                       hole=None if paused else (joined.gap, joined.gap_at),
-                                      skipped="damaged data" if bad else None)
+                                      skipped="damaged data" if bad else None, lead=lead)
             if early is None and gap_reason(joined.gap, joined.gap_at, info.rate) is not None:
                 if paused:  # a paused picture, as `run` says it
                     line = f"'{item.input}': {paused_note(joined.gap, joined.gap_at)}"

@@ -81,6 +81,8 @@ class VideoInfo:
         frames: frame count from the container, ``0`` when unknown.
         audio_streams: number of audio streams.
         duration: seconds the container declares for the video stream, ``None`` when unknown.
+        start: the video stream's first timestamp (s, the container's timeline), ``None`` when
+            it declares none.
     """
 
     width: int
@@ -89,6 +91,7 @@ class VideoInfo:
     frames: int
     audio_streams: int
     duration: Fraction | None = None
+    start: Fraction | None = None
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ class VideoOptions:
 class TranscodeResult:
     """Counts and notes from :func:`transcode`."""
 
-    frames: int = 0
+    frames: int = 0  # 0: a chunk wholly inside a damaged stretch, which writes no file
     size: tuple[int, int] = (0, 0)
     rate: Fraction = Fraction(0)
     audio_streams_copied: int = 0
@@ -269,8 +272,11 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
     with opened.container as c:
         vs = c.streams.video[0]
         rate = vs.average_rate or vs.guessed_rate or Fraction(30)
+        start = None if vs.start_time is None or not vs.time_base else \
+            Fraction(vs.start_time) * Fraction(vs.time_base)
         return VideoInfo(vs.codec_context.width, vs.codec_context.height, Fraction(rate),
-                         int(vs.frames or 0), len(c.streams.audio), _declared_duration(c, vs))
+                         int(vs.frames or 0), len(c.streams.audio), _declared_duration(c, vs),
+                         start)
 
 
 def muxer_options(path: Path, time_base: Fraction) -> dict[str, str]:
@@ -491,6 +497,11 @@ class _Decoder:
         if self.last_pts is not None and self.first_pts is not None:
             covered = (self.last_pts - self.first_pts) * self.tb + 1 / self.rate
         start = self.first_pts or 0
+        # the declared duration counts from the stream's start: frames that begin late lost
+        # the file's start (a damaged first GOP was "input ended early", frames to the end)
+        begins = self.vin.start_time
+        lead = Fraction(0) if begins is None or self.first_pts is None else \
+            max(Fraction(0), (self.first_pts - begins) * self.tb)
         gap, at = self.gap[0] * self.tb, (self.gap[1] - start) * self.tb
         hole = gap_reason(gap, at, self.rate)
         # a gap where packets failed to decode is damage, whatever the sound did: zeroed
@@ -506,7 +517,7 @@ class _Decoder:
         why = incomplete_reason(self.decoded, declared, duration, covered, self.rate,
                                 None if skipped else self.error, self.bad_packets,
                                 hole=None if paused else (gap, at), holes=self.holes,
-                                skipped=self._skipped if skipped else None)
+                                skipped=self._skipped if skipped else None, lead=lead)
         if why is not None:
             return why
         if paused:
@@ -581,7 +592,8 @@ def paused_note(gap: Fraction, at: Fraction) -> str:
 def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
                       covered: Fraction | None, rate: Fraction, error: str | None = None,
                       bad_packets: int = 0, hole: tuple[Fraction, Fraction] | None = None,
-                      holes: int = 1, skipped: str | None = None) -> str | None:
+                      holes: int = 1, skipped: str | None = None,
+                      lead: Fraction = Fraction(0)) -> str | None:
     """Why a video gave fewer frames than its container declares, or ``None``.
 
     Frames missing while the decoded ones reach the declared duration were lost inside the
@@ -600,39 +612,51 @@ def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
             its sound goes on is not one).
         holes: how many steps are holes (:func:`gap_reason`).
         skipped: the error of packets skipped with frames decoded after them.
+        lead: seconds from the stream's declared start to the first decoded frame: a first
+            GOP that could not be decoded (the output starts at the first frame decoded).
     """
     missing = declared - decoded
     slack = max(Fraction(1, 2), 2 / rate)
-    inside = None
+    # each hole, with what the output shows there
+    places = []
+    if gap_reason(lead, Fraction(0), rate) is not None:
+        places.append(f"no frame for the first {float(lead):.1f} s (a damaged stretch); the "
+                      "output starts at the first frame decoded after it")
     if hole is not None and gap_reason(hole[0], hole[1], rate) is not None:
         minutes, seconds = divmod(float(hole[1]), 60)
-        inside = (f"no frame for {float(hole[0]):.1f} s after {int(minutes)}:{seconds:05.2f}"
-                  + (f", the longest of {holes} such gaps" if holes > 1 else ""))
+        places.append(f"no frame for {float(hole[0]):.1f} s after {int(minutes)}:"
+                      f"{seconds:05.2f}" + (f", the longest of {holes} such gaps"
+                                            if holes > 1 else "")
+                      + " (a damaged stretch); the output shows the frame before it that long")
+    end = None if covered is None else lead + covered  # the last frame's end, from the start
+    reaches = duration is not None and end is not None and duration - end <= slack
+    # FFmpeg's decoder conceals what it lost with blocks of the frames before: a new user's
+    # trial found the frames after a stretch garbled to the next keyframe
+    blocks = "; the frames after it, up to the next keyframe, may show blocks of damage" \
+        if skipped else ""
     if declared > 0 and missing > max(1, declared * EARLY_END_TOLERANCE):
-        if duration is not None and covered is not None and duration - covered <= slack:
-            if inside is None and skipped is None and error is None:
+        if reaches:
+            if not places and skipped is None and error is None:
                 # no hole and no failure: the count includes frames an edit list leaves out
                 # (a lossless cut keeps the GOP before its start; a review: "input damaged",
                 # exit 3, on a valid file)
                 return None
-            where = f": {inside} (a damaged stretch); the output shows the frame before it " \
-                "that long" if inside else f" ({skipped})" if skipped else ""
-            # FFmpeg's decoder conceals what it lost with blocks of the frames before: a new
-            # user's trial found the frames after a stretch garbled to the next keyframe
-            blocks = "; the frames after it, up to the next keyframe, may show blocks of " \
-                "damage" if skipped else ""
+            where = f": {'; '.join(places)}" if places else f" ({skipped})" if skipped else ""
             return (f"input damaged: {missing} of {declared} frames could not be "
                     f"decoded{where}{blocks}")
         # the same words whether the decoder raised at the cut or just ran out of data: which
         # one happens depends on its thread count (a review: Ray's one-CPU workers and `run`
         # worded the same cut file differently)
         why = f": {error or CUT_OFF}"
-        also = f"; also {inside} (a damaged stretch)" if inside else ""
+        also = f"; also {'; '.join(places)}" if places else ""
         return f"input ended early: {decoded} of {declared} frames{why}{also}"
-    if declared <= 0 and duration and covered is not None and duration - covered > slack:
+    if declared <= 0 and duration and end is not None and not reaches:
         about = round(duration * rate)
-        return (f"input ended early: {decoded} frames, {float(covered):.1f} s of "
+        return (f"input ended early: {decoded} frames, {float(end):.1f} s of "
                 f"{float(duration):.1f} s (about {about} frames): {error or CUT_OFF}")
+    if lead and places and gap_reason(lead, Fraction(0), rate) is not None:
+        # a damaged start in a container that declares no frame count (Matroska)
+        return f"input damaged: {places[0]}{blocks}"
     if error is not None or skipped is not None:
         return (f"input damaged: {bad_packets or 1} part(s) could not be decoded "
                 f"({error or skipped}); {decoded} frames decoded")
@@ -903,6 +927,12 @@ def _transcode(s: Path, d: Path, processor: FrameProcessor,
                 result.incomplete = dec.incomplete(info_frames,
                                                    _declared_duration(inp, dec.vin))
         if result.frames == 0:
+            if span is not None and dec.bad_packets:
+                # a chunk wholly inside a damaged stretch: it writes no file, and the join
+                # goes on past it as a whole file's run does (a review: a damaged first GOP
+                # failed a chunked batch item whose run kept 192 of 240 frames)
+                tmp.unlink(missing_ok=True)
+                return result
             raise VideoError(s, "no video frame could be decoded" +
                              (f" ({dec.error})" if dec.error else ""))
         if dec.first_pts is not None and dec.last_pts is not None:

@@ -165,7 +165,7 @@ def _refuse_video_options_without_video(args: argparse.Namespace, plan: Plan) ->
     """
     from livefuse.errors import ConfigError
 
-    items = [*plan.items, *plan.skipped]
+    items = [*plan.items, *plan.skipped, *plan.failed_before]
     if not items or any(i.kind == "video" for i in items):
         return
     given = video_only_options(args, args.chunk_seconds)

@@ -26,7 +26,7 @@ from livefuse.config import EngineConfig
 from livefuse.errors import LivefuseError
 from livefuse.extras import install_hint
 from livefuse.io.video import VideoOptions
-from livefuse.testing.stub_engine import marking_engine, slow_marking_engine
+from livefuse.testing.stub_engine import MarkingEngine, marking_engine, slow_marking_engine
 
 GiB = 2**30
 
@@ -1472,3 +1472,58 @@ def test_hidden_media_and_a_source_among_the_inputs_are_said_and_recursive_needs
     assert main(["batch", "-q", "-s", str(astronaut_path), str(folder / "a.jpg"), "-r", "-o",
                  str(tmp_path / "o3")]) == 2
     assert "no input is a folder" in capsys.readouterr().err
+
+
+class _DarkIsFaceless(MarkingEngine):
+    """Finds no face in a dark frame (a BRB screen), one in any other; counts its frames."""
+
+    frames = 0
+
+    def process(self, frame: object, index: int = 0, *args: object,
+                **kw: Any) -> Any:
+        packet = super().process(frame, index, *args, **kw)  # type: ignore[arg-type]
+        _DarkIsFaceless.frames += 1
+        if float(packet.frame.mean()) < 10:
+            packet.output, packet.found, packet.swapped = packet.frame, 0, 0
+        return packet
+
+
+@pytest.mark.parametrize("chunk_seconds", [None, 1.0])
+def test_a_rerun_skips_an_input_that_failed_for_its_own_reason_until_something_changes(
+        tmp_path: Path, chunk_seconds: float | None) -> None:
+    """A new user's trial: a video with no face (a BRB screen) was decoded in full again on
+    every rerun of a season's batch, to fail the same way. Its failure is recorded with the
+    job; the same job on the same input lists it as failed without running it, while another
+    setting, a changed input or --overwrite tries again."""
+    from fractions import Fraction
+
+    import numpy as np
+    from clips import write_clip
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    dark = [np.zeros((64, 96, 3), np.uint8)] * 90
+    brb = write_clip(folder / "brb.mp4", list(range(90)), Fraction(1, 30), Fraction(30),
+                     pictures=dark)
+    ntsc_clip(folder / "talk.mp4", frames=60)
+    out = tmp_path / "out"
+
+    def batch(job: str, **kw: object) -> tuple[dict[str, str], int, list[str]]:
+        _DarkIsFaceless.frames = 0
+        lines: list[str] = []
+        summary = run_batch(_opts(folder, out, chunk_seconds=chunk_seconds, **kw),
+                            _DarkIsFaceless, quiet=True, on_line=lines.append, job=job)
+        return ({r.item.input.name: r.status for r in summary.results},
+                _DarkIsFaceless.frames, summary.lines())
+
+    status, frames, _ = batch("k1")
+    assert status == {"brb.mp4": "failed", "talk.mp4": "done"} and frames == 150
+    status, frames, text = batch("k1")
+    assert status == {"brb.mp4": "failed", "talk.mp4": "skipped"} and frames == 0
+    line = next(ln for ln in text if ln.startswith(f"failed: {brb}"))
+    assert "no face was swapped" in line and "an earlier run's result" in line, line
+    assert batch("k2")[1] == 90  # another job: tried again
+    assert batch("k2")[1] == 0
+    os.utime(brb, ns=(brb.stat().st_atime_ns, brb.stat().st_mtime_ns + 10**9))
+    assert batch("k2")[1] == 90  # the input changed
+    assert batch("k2", overwrite=True)[1] == 150

@@ -36,17 +36,23 @@ def _entry(output_dir: Path, output: Path, source: Path) -> dict[str, Any] | Non
             "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def record(output_dir: Path, output: Path, source: Path, job: str | None = None) -> None:
+def record(output_dir: Path, output: Path, source: Path, job: str | None = None,
+           failed: str | None = None) -> None:
     """Append that ``output`` (under ``output_dir``) was made from ``source``, under the batch's
     ``job`` key (:func:`livefuse.batch.worker.job_key`: the face photo and settings); called by
     the batch's collecting thread once the output is in place. Nothing is recorded when the
     input is gone or the output lies outside ``output_dir``; a record that cannot be written
-    costs the check, not the output."""
+    costs the check, not the output.
+
+    ``failed``: instead, that ``source`` failed under ``job`` for a reason of its own (no face
+    was swapped), with the failure line's message: :func:`failed_before`."""
     entry = _entry(output_dir, output, source)
     if entry is None:
         return
     if job is not None:
         entry["job"] = job
+    if failed is not None:
+        entry["failed"] = failed
     line = json.dumps(entry, ensure_ascii=False) + "\n"
     try:
         with open(output_dir / RECORD, "a", encoding="utf-8") as fh:
@@ -101,6 +107,29 @@ def _same_input(entry: dict[str, Any], source: Path) -> bool:
         (source.name, st.st_size, st.st_mtime_ns)
 
 
+def failed_before(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path,
+                  source: Path, job: str | None) -> str | None:
+    """The message of a failure an earlier run recorded for ``output`` from ``source`` as it is
+    now (path, size and modification time) under this very ``job`` key, else ``None``. Only
+    the input's own failures are recorded (no face swapped: the same input and settings fail
+    the same way), so a rerun of a season skips them instead of decoding an hour of a BRB
+    screen again (a new user's trial); another setting, a changed file or ``--overwrite``
+    tries again. A later success's entry, appended after, replaces the failure's."""
+    try:
+        rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
+        st = source.stat()
+    except (OSError, ValueError):
+        return None
+    entry = record_of.get(rel)
+    if job is None or entry is None or entry.get("job") != job or \
+            not isinstance(entry.get("failed"), str):
+        return None
+    if entry.get("input") != str(source.resolve()) or \
+            (entry.get("size"), entry.get("mtime_ns")) != (st.st_size, st.st_mtime_ns):
+        return None
+    return str(entry["failed"])
+
+
 def changed_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path,
                   source: Path) -> bool:
     """Whether ``output`` was recorded from ``source`` (the same path) as it was before it
@@ -147,5 +176,5 @@ def made_otherwise(record_of: dict[str, dict[str, Any]], output_dir: Path, outpu
     return [c for c in job_changes(entry["job"], job) if c in names]
 
 
-__all__ = ["PIXEL_PARTS", "RECORD", "changed_input", "made_otherwise", "other_input", "record",
-           "recorded"]
+__all__ = ["PIXEL_PARTS", "RECORD", "changed_input", "failed_before", "made_otherwise",
+           "other_input", "record", "recorded"]

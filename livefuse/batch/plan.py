@@ -31,6 +31,7 @@ import av
 from livefuse.batch.made_from import (
     RECORD,
     changed_input,
+    failed_before,
     made_otherwise,
     other_input,
     recorded,
@@ -148,6 +149,10 @@ class Plan:
     what differs (:func:`~livefuse.batch.made_from.made_otherwise`): processed again, and
     said."""
     earlier_incomplete: dict[Item, str] = field(default_factory=dict)
+    failed_before: dict[Item, str] = field(default_factory=dict)
+    """Items an earlier run of this job failed on for a reason of their own (no face swapped),
+    their input unchanged since, with that failure's message
+    (:func:`~livefuse.batch.made_from.failed_before`): not run again, listed as failed."""
     """Skipped items whose output an earlier run wrote from an input that ended early, with
     why (:func:`incomplete_marker`): a rerun says so again instead of passing them as done."""
 
@@ -444,7 +449,11 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
         earlier = _earlier_incomplete(item)
         changed = changed_input(made_from, output_dir, out, path)
         otherwise = made_otherwise(made_from, output_dir, out, path, job, kind == "video")
-        if overwrite or not _finished_output(out) or (earlier is not None and earlier[1]) \
+        failed = None if overwrite or _finished_output(out) else \
+            failed_before(made_from, output_dir, out, path, job)
+        if failed is not None:
+            plan.failed_before[item] = failed
+        elif overwrite or not _finished_output(out) or (earlier is not None and earlier[1]) \
                 or changed or otherwise:
             # a cut input replaced since (the whole download, the finished recording): its
             # kept output is made again

@@ -390,7 +390,8 @@ class _Collector:
             if note.startswith("video: ") and note not in self.video_notes:
                 self.video_notes.append(note)
         if res.unit.chunks == 1:
-            self._finish(item, res.ok, res.message, res.frames, res.incomplete, res.worker)
+            self._finish(item, res.ok, res.message, res.frames, res.incomplete, res.worker,
+                         lasting=res.lasting)
             return
         got = self.chunks.setdefault(item, [])
         # counted before the manifest lists it: a Ctrl-C in between must not let the cleanup
@@ -433,7 +434,8 @@ class _Collector:
             if sum(r.faces_swapped for r in parts) == 0:
                 frames = sum(r.frames for r in parts)
                 self._finish(item, False, f"no face was swapped in any of the {frames} frames "
-                             f"of '{item.input}'; no output was kept", 0, None, "")
+                             f"of '{item.input}'; no output was kept", 0, None, "",
+                             lasting=True)
                 return
             joined = join_chunks(item.input, written, item.output)
             info = probe(item.input)
@@ -474,7 +476,9 @@ class _Collector:
                 for r in got if r.ok}
 
     def _finish(self, item: Item, ok: bool, message: str, frames: int,
-                incomplete: str | None, worker: str) -> None:
+                incomplete: str | None, worker: str, lasting: bool = False) -> None:
+        """``lasting``: a failure of the input's own (:attr:`UnitResult.lasting`), recorded
+        so that a rerun of this job skips the item."""
         self.finished.add(item)
         if ok:
             stamp = self.stamps.get(item)
@@ -488,6 +492,9 @@ class _Collector:
                 incomplete_marker(item.output).unlink(missing_ok=True)
             if self.output_dir is not None:
                 made_from.record(self.output_dir, item.output, item.input, self.job)
+        elif lasting and self.output_dir is not None and self.job is not None:
+            made_from.record(self.output_dir, item.output, item.input, self.job,
+                             failed=message)
         self.results.append(ItemResult(item, "done" if ok else "failed", message, frames,
                                        incomplete, worker))
         self.progress.item(ok)
@@ -546,6 +553,11 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
     summary = BatchSummary(problems=list(plan.problems))
     for raw, msg in plan.problems:  # now, not hours later in the summary only
         on_line(f"failed: {raw}: {msg}")
+    for item, msg in plan.failed_before.items():
+        msg += (" (an earlier run's result with the same input and settings: not tried "
+                "again; this file alone with --overwrite tries it)")
+        summary.results.append(ItemResult(item, "failed", msg))
+        on_line(f"failed: {item.input}: {msg}")
     summary.results += [ItemResult(i, "skipped", incomplete=plan.earlier_incomplete.get(i))
                         for i in plan.skipped]
     if plan.left_out:
@@ -597,7 +609,8 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
         if plan.skipped:
             summary.notes.append("every output exists already (--overwrite processes them "
                                  "again)")
-        elif not plan.problems:  # with problems, the failures listed say why nothing ran
+        elif not plan.problems and not plan.failed_before:
+            # with failures, those listed say why nothing ran
             summary.notes.append("nothing to do")
         return summary
     pool, notes = make_pool(opts, factory, neural, most_units(plan.items, opts.chunk_seconds),

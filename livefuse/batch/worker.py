@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from livefuse.batch.plan import Unit
 from livefuse.config import CacheConfig, EngineConfig
-from livefuse.errors import ImageLoadError, LivefuseError, VideoError
+from livefuse.errors import ImageLoadError, LivefuseError, NothingSwappedError, VideoError
 from livefuse.io.pipeline import Cancelled
 from livefuse.io.video import VideoOptions
 
@@ -208,6 +208,9 @@ class UnitResult:
         input_notes: those on the target's content (:attr:`livefuse.run.RunSummary.input_notes`).
         engine_notes: on a worker's first unit, what its engine said about the source and
             reference photos (``source: ...``), as ``run`` prints them.
+        lasting: the failure is the input's own under these settings (no face was swapped),
+            not the machine's: a rerun of the same job on the same input skips the item
+            (:func:`livefuse.batch.made_from.failed_before`).
     """
 
     unit: Unit
@@ -223,6 +226,7 @@ class UnitResult:
     worker: str = ""
     notes: tuple[str, ...] = ()
     input_notes: tuple[str, ...] = ()
+    lasting: bool = False
     engine_notes: tuple[str, ...] = ()
 
 
@@ -391,6 +395,7 @@ class BatchWorker:
             raise
         except LivefuseError as exc:
             result.message = item_problem(exc, unit.item.input)
+            result.lasting = isinstance(exc, NothingSwappedError)
         except OSError as exc:  # the machine's answer (a read-only disk, a full one): no bug
             where = f" '{exc.filename}'" if exc.filename else ""
             # the failure line names the item already (``failed: PATH: ...``)

@@ -15,6 +15,8 @@ from livefuse.faces.dlib_analyser import DlibFaceAnalyser
 from livefuse.faces.rotation import (
     ANGLES,
     IDLE_FRAMES,
+    LONG_IDLE_FRAMES,
+    LONG_PACE,
     SWEEP_EVERY,
     SweepPacer,
     detect_rotated,
@@ -206,6 +208,68 @@ def test_a_videos_faceless_frames_sweep_the_turns_now_and_then() -> None:
     detect = _Scripted({})
     detect_rotated(detect, frame, "auto", still=True, pacer=pacer, index=241)
     assert detect.order == []
+
+
+def test_a_long_faceless_stretch_sweeps_about_once_a_second() -> None:
+    """A new user's trial: a faceless 20 s clip ran 1.9 detector passes a frame with ``auto``
+    (a sweep on every 8th frame), 11.7 fps against 21.8 with ``off``. After LONG_IDLE_FRAMES
+    more faceless frames, the sweeps come on every 32nd frame (multiples of 8: a chunk of the
+    video sweeps where one run over it does), and a face that appears is found at the next."""
+    frame = np.random.default_rng(0).integers(0, 256, (300, 400, 3), np.uint8)
+    turned = _face(200, 150, 100, 0.9, roll=180)
+    pacer = SweepPacer()
+    sweeps, found = [], []
+    appears = 401
+    for i in range(430):
+        detect = _Scripted({180: [_in_turn(turned, 180, (400, 300))]} if i >= appears else {},
+                           frame)
+        found.append(bool(detect_rotated(detect, frame, "auto", pacer=pacer, index=i)))
+        if len(detect.asked) > 1:
+            sweeps.append(i)
+    long_from = IDLE_FRAMES + LONG_IDLE_FRAMES
+    assert (LONG_IDLE_FRAMES, SWEEP_EVERY * LONG_PACE) == (120, 32)
+    paced = [i for i in sweeps if IDLE_FRAMES < i < appears]
+    assert [i for i in paced if i <= long_from] == list(range(32, long_from + 1, 8))
+    assert [i for i in paced if i > long_from] == list(range(160, appears, 32))
+    assert found.index(True) == 416  # the next multiple of 32 after it appears
+
+
+def test_the_first_frame_sweeps_every_turn_and_finds_a_sideways_person_beside_an_upright_one(
+        ) -> None:
+    """A new user's trial: a person lying on her side beside an upright one was swapped from
+    frame 29, the first where the upright pass missed and a sweep ran: a frame whose upright
+    faces look right is not swept. The first frame of a stream now sweeps every turn, and the
+    turn found there is looked at on every frame after."""
+    size = (400, 300)
+    frame = np.random.default_rng(2).integers(0, 256, (300, 400, 3), np.uint8)
+    upright = _face(100, 150, 80, 0.9)
+    lying = _face(300, 150, 90, 0.85, roll=90)
+    pacer = SweepPacer()
+    counts, asked = [], []
+    for index in range(12):
+        detect = _Scripted({0: [upright], 270: [_in_turn(lying, 270, size)]}, frame)
+        counts.append(len(detect_rotated(detect, frame, "auto", pacer=pacer, index=index)))
+        asked.append(len(detect.asked))
+    assert counts == [2] * 12
+    assert asked[0] == 1 + len(ANGLES) and asked[1:8] == [2] * 7  # then its turn only
+
+
+def test_the_first_frames_sweep_keeps_a_tilted_head_the_upright_pass_found() -> None:
+    """A head tilted 35 degrees is seen better at the 45-degree turn. Taken from there by the
+    first frame's sweep, that turn was remembered: two detector passes a frame, and no
+    tracking between detections (turned faces are detected on every frame). The upright
+    pass's face stands, and the next frames are upright only."""
+    size = (400, 300)
+    frame = np.random.default_rng(3).integers(0, 256, (300, 400, 3), np.uint8)
+    tilted = _face(200, 150, 100, 0.8, roll=-35)
+    pacer = SweepPacer()
+    asked = []
+    for index in range(4):
+        detect = _Scripted({0: [tilted], 45: [_in_turn(tilted, 45, size)]}, frame)
+        faces = detect_rotated(detect, frame, "auto", pacer=pacer, index=index)
+        assert [f.angle for f in faces] == [0]
+        asked.append(len(detect.asked))
+    assert asked == [1 + len(ANGLES), 1, 1, 1] and pacer.turns == ()
 
 
 def test_a_phone_clip_stored_on_its_side_is_searched_at_its_turn_first() -> None:

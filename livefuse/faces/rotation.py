@@ -159,6 +159,18 @@ second at 30 fps. A sideways face the detector misses for a frame or two (a blin
 looked for again at once, as before; only a stretch with no face keeps the pace."""
 
 
+LONG_IDLE_FRAMES = 120
+"""Frames after :data:`IDLE_FRAMES` (about 4 s at 30 fps) after which a faceless stretch is a
+long one (a BRB screen, gameplay without a camera): its frames sweep only on multiples of
+:data:`SWEEP_EVERY` times :data:`LONG_PACE`."""
+
+LONG_PACE = 4
+"""How much rarer a long faceless stretch sweeps: every 32nd frame, about once a second at
+30 fps, where a face that appears turned is then found. At every 8th frame a faceless 20 s clip
+ran 1.9 detector passes a frame, 11.7 fps against 21.8 with ``--rotation off`` (a new user's
+trial); every 32nd costs 1.2."""
+
+
 class SweepPacer:
     """How ``auto`` sweeps a video's frames: when its faceless frames sweep (:data:`SWEEP_EVERY`,
     :data:`IDLE_FRAMES`), and which turns a sweep tries first (:attr:`turns`).
@@ -193,7 +205,19 @@ class SweepPacer:
         if self._first is None:
             self._first = index
         since = index - (self._first if self._last is None else self._last)
-        return since > self.idle and index % self.every != 0
+        if since <= self.idle:
+            return False
+        # multiples of the longer pace are multiples of the shorter: a chunk of the video
+        # still sweeps on frames one run over the whole video sweeps on
+        pace = self.every * (LONG_PACE if since > self.idle + LONG_IDLE_FRAMES else 1)
+        return index % pace != 0
+
+    def first_look(self) -> bool:
+        """Whether no frame of this stream was looked at yet: its first frame sweeps every
+        turn even when faces are found upright, so that a person lying down beside an upright
+        one is found from the start (a new user's trial: from frame 29, the first that swept)
+        and then looked for at that turn on every frame (:attr:`turns`)."""
+        return self._first is None and self._full is None
 
     def found(self, index: int, any_face: bool) -> None:
         """What frame ``index``'s detection found (upright or in a sweep)."""
@@ -261,13 +285,15 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
     """
     faces = list(upright) if upright is not None else detect(frame)
     paced = pacer if mode == "auto" and not still else None
+    looked_right = not needs_sweep(mode, faces, still)
+    first = paced is not None and paced.first_look()
     # a face the last sweep found at a turn is looked for there even when the upright pass
     # found faces: a face lying on its side can show the detector a small false face upright
     # (its nose and eyes), which then stood in for it (a new user's trial: a mini-face pasted
     # on the nose of a phone clip stored turned clockwise, exit 0); and a sideways person
     # beside an upright one was swapped only on the frames that happened to sweep
-    if not (paced is not None and paced.turns) and (
-            not needs_sweep(mode, faces, still) or
+    if not (first or (paced is not None and paced.turns)) and (
+            looked_right or
             (paced is not None and not faces and paced.skip(index))):
         if paced is not None:
             paced.found(index, bool(faces))
@@ -279,24 +305,48 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
         seen.extend((unrotate_face(f, angle, (w, h)), roll_degrees(f))
                     for f in detect(rotate_frame(frame, angle)))
 
+    def keep() -> tuple[list[tuple[Face, float]], list[SkippedFace]]:
+        kept, misfits = _keep(seen)
+        return (_upright_stand(kept, faces) if looked_right and first else kept), misfits
+
     turns = list(ANGLES)
     if paced is not None and not paced.full_sweep(index):
         for angle in paced.turns:
             look(angle)
             turns.remove(angle)
-        kept, misfits = _keep(seen)
+        kept, misfits = keep()
         if len(kept) >= max(1, paced.faces) and all(_steady(f, roll) for f, roll in kept) and \
                 all(f.angle == 0 or _continues(f, paced.seen) for f, _ in kept):
             return _done(kept, misfits, dropped, paced, index)
     for angle in turns:
         look(angle)
-    kept, misfits = _keep(seen)
+    kept, misfits = keep()
     if paced is not None:
         paced.turns = tuple(a for a in ANGLES if any(f.angle == a for f, _ in kept))
         paced.faces = len(kept)
         paced.seen = [f for f, _ in kept]
         paced.swept(index)
     return _done(kept, misfits, dropped, paced, index)
+
+
+def _upright_stand(kept: list[tuple[Face, float]], upright: Sequence[Face]
+                   ) -> list[tuple[Face, float]]:
+    """``kept`` with the upright pass's faces back in place of the turned detections of the same
+    faces, for a stream's first frame whose upright faces looked right (:func:`needs_sweep`),
+    swept only to look for others (:meth:`SweepPacer.first_look`). A head tilted 30
+    degrees is seen better at the 45-degree turn, and taking it from there made the first
+    frame's sweep remember that turn: two detector passes a frame and no tracking (turned faces
+    are detected on every frame), where the upright face served. A turned face that holds an
+    upright one (:func:`_holds`: a small false face inside a face lying on its side) stays."""
+    out: list[tuple[Face, float]] = []
+    for face, roll in kept:
+        same = [u for u in upright if overlap(face.bbox, u.bbox) >= OVERLAP]
+        if face.angle == 0 or not same or any(_holds(face, roll, u) for u in same):
+            pairs = [(face, roll)]
+        else:
+            pairs = [(u, roll_degrees(u)) for u in same]
+        out += [(f, r) for f, r in pairs if not any(f is g for g, _ in out)]
+    return out
 
 
 def _steady(face: Face, roll: float) -> bool:
@@ -376,7 +426,7 @@ def _done(kept: list[tuple[Face, float]], misfits: list[SkippedFace],
     return faces
 
 
-__all__ = ["ANGLES", "IDLE_FRAMES", "OVERLAP", "QUARTER_TURNS", "RELIABLE_ROLL", "ROLLED_DEGREES",
-           "SCORE_KEPT", "SWEEP_EVERY",
+__all__ = ["ANGLES", "IDLE_FRAMES", "LONG_IDLE_FRAMES", "LONG_PACE", "OVERLAP", "QUARTER_TURNS",
+           "RELIABLE_ROLL", "ROLLED_DEGREES", "SCORE_KEPT", "SWEEP_EVERY",
            "RotationMode", "SweepPacer", "detect_rotated", "needs_sweep", "roll_degrees",
            "rotate_frame", "turn_affine", "unrotate_face", "unrotate_points"]

@@ -89,8 +89,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="process items whose output exists (default: skip them)")
     p.add_argument("--quiet", "-q", action="store_true",
-                   help="no progress display and no status line while the batch runs: the "
-                        "summary at the end says it all")
+                   help="no progress display and no status line while the batch runs (the "
+                        "summary at the end lists every failure and note)")
     p.add_argument("--workers", type=at_least(1), default=None,
                    help="parallel workers, each with its own engine (default: Ray: as many as "
                         "the GPUs, or CPUs, allow at the given share; without Ray: 1)")

@@ -4,6 +4,7 @@ The Ray executor's own tests are in test_batch_ray.py."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -1527,3 +1528,107 @@ def test_a_rerun_skips_an_input_that_failed_for_its_own_reason_until_something_c
     os.utime(brb, ns=(brb.stat().st_atime_ns, brb.stat().st_mtime_ns + 10**9))
     assert batch("k2")[1] == 90  # the input changed
     assert batch("k2", overwrite=True)[1] == 150
+
+
+def test_a_failure_on_a_changed_input_is_not_passed_as_done_by_the_output_before_it(
+        tmp_path: Path) -> None:
+    """A review: a photo replaced by one with no face failed (exit 1) and left the old
+    photo's output in place; the failure's record then stood for that output, and the next
+    run skipped it as done, exit 0. It is listed as failed again, the output named as an
+    earlier run's."""
+    import cv2
+    import numpy as np
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    photo = folder / "a.png"
+    cv2.imwrite(str(photo), np.full((64, 64, 3), 200, np.uint8))
+    out = tmp_path / "out"
+
+    def batch() -> tuple[str, str]:
+        summary = run_batch(_opts(folder, out), _DarkIsFaceless, quiet=True, job="k1")
+        return summary.results[0].status, summary.results[0].message
+
+    assert batch()[0] == "done"
+    cv2.imwrite(str(photo), np.zeros((64, 64, 3), np.uint8))
+    os.utime(photo, ns=(photo.stat().st_atime_ns, photo.stat().st_mtime_ns + 10**9))
+    assert batch()[0] == "failed"
+    status, message = batch()
+    assert status == "failed" and "an earlier run's result" in message, message
+    assert "is from an earlier run" in message, message
+    # the record's failure is no output: a walk of the folder does not take the path as one
+    from livefuse.batch.made_from import outputs
+    assert outputs(out) == {"a.png"}
+
+
+class _TouchesItsInput(_DarkIsFaceless):
+    """Finds no face, and the input changes while it is read (a recording still written)."""
+
+    path: Path | None = None
+
+    def process(self, frame: object, index: int = 0, *args: object, **kw: Any) -> Any:
+        if index == 0 and self.path is not None:
+            st = self.path.stat()
+            os.utime(self.path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        return super().process(frame, index, *args, **kw)
+
+
+def test_a_failure_on_an_input_that_changed_while_it_was_read_is_tried_again(
+        tmp_path: Path) -> None:
+    """A review: the failure was recorded with the input as it was at the end, so a recording
+    whose faceless start was read while OBS still wrote it was never processed whole."""
+    from fractions import Fraction
+
+    import numpy as np
+    from clips import write_clip
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    clip = write_clip(folder / "rec.mp4", list(range(30)), Fraction(1, 30), Fraction(30),
+                      pictures=[np.zeros((64, 96, 3), np.uint8)] * 30)
+    _TouchesItsInput.path = clip
+    try:
+        first = run_batch(_opts(folder, tmp_path / "out"), _TouchesItsInput, quiet=True,
+                          job="k1")
+    finally:
+        _TouchesItsInput.path = None
+    assert first.results[0].status == "failed"
+    _DarkIsFaceless.frames = 0
+    again = run_batch(_opts(folder, tmp_path / "out"), _DarkIsFaceless, quiet=True, job="k1")
+    assert again.results[0].status == "failed" and _DarkIsFaceless.frames == 30
+
+
+@pytest.mark.parametrize("chunk_seconds", [None, 1.0])
+def test_a_hole_after_a_damaged_start_is_placed_as_run_places_it(
+        tmp_path: Path, chunk_seconds: float | None) -> None:
+    """A review: a hole's place was counted from the first frame decoded, not from the
+    stream's start, when the first GOP was damaged; whole or in chunks, it is the output
+    frame's own time before the hole."""
+    import re
+    from fractions import Fraction
+
+    import numpy as np
+    from clips import write_clip
+
+    rng = np.random.default_rng(0)
+    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(240)]
+    (tmp_path / "in").mkdir()
+    clip = write_clip(tmp_path / "in" / "holed.mp4", list(range(240)), Fraction(1, 30),
+                      Fraction(30), pictures=noise, options={"movflags": "faststart"})
+    data = bytearray(clip.read_bytes())
+    with av.open(str(clip)) as c:
+        first = next(p.pos for p in c.demux(video=0) if p.size)
+    for a, n in ((first, int(len(data) * 0.1)), (int(len(data) * 0.6), int(len(data) * 0.1))):
+        data[a:a + n] = bytes(n)
+    clip.write_bytes(bytes(data))
+    summary = run_batch(_opts(tmp_path / "in", tmp_path / "out", chunk_seconds=chunk_seconds),
+                        marking_engine, quiet=True)
+    why = summary.incomplete[0].incomplete
+    assert why is not None and "no frame for the first " in why, why
+    found = re.search(r"no frame for [\d.]+ s after (\d+):([\d.]+)", why)
+    assert found is not None, why
+    with av.open(str(tmp_path / "out" / "holed.mp4")) as c:
+        times = [float(f.time) for f in c.decode(video=0)]
+    steps = [(b - a, a) for a, b in itertools.pairwise(times)]
+    said = int(found.group(1)) * 60 + float(found.group(2))
+    assert said == pytest.approx(max(steps)[1], abs=0.01), (said, max(steps))

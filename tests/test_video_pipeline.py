@@ -769,3 +769,27 @@ def test_a_cut_end_is_worded_alike_whether_the_decoder_raised_or_ran_out() -> No
     assert ran_out == raised == f"input ended early: 158 of 240 frames: {CUT_OFF}"
     no_count = incomplete_reason(158, 0, Fraction(8), Fraction(158, 30), rate)
     assert no_count is not None and no_count.endswith(CUT_OFF)
+
+
+def test_a_hole_after_a_damaged_start_is_placed_where_a_player_shows_it(
+        tmp_path: Path, astronaut_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review: with the first GOP damaged, a hole's place was counted from the first frame
+    decoded, not the stream's start, so "no frame for 1.0 s after 0:02.00" named a stretch a
+    player shows later. The place is the output frame's own time before the hole."""
+    import re
+
+    clip = _holed(_faststart_clip(tmp_path / "holed.mp4", 150), [(0.006, 0.1), (0.6, 0.12)])
+    out = tmp_path / "out.mp4"
+    monkeypatch.setattr("livefuse.engine.Engine", lambda *a, **k: _Sourced())
+    assert main(["run", "-q", "-s", str(astronaut_path), "-t", str(clip), "-o",
+                 str(out)]) == EXIT_INCOMPLETE
+    text = capsys.readouterr().out
+    assert "no frame for the first " in text, text
+    found = re.search(r"no frame for [\d.]+ s after (\d+):([\d.]+)", text)
+    assert found is not None, text
+    said = int(found.group(1)) * 60 + float(found.group(2))
+    with av.open(str(out)) as c:
+        times = [float(f.time) for f in c.decode(video=0)]
+    steps = [(b - a, a) for a, b in itertools.pairwise(times)]
+    assert said == pytest.approx(max(steps)[1], abs=0.01), (said, max(steps))

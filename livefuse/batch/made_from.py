@@ -63,19 +63,30 @@ def record(output_dir: Path, output: Path, source: Path, job: str | None = None,
 
 def recorded(output_dir: Path) -> dict[str, dict[str, Any]]:
     """The record of ``output_dir``: per output (relative POSIX path) the last entry written,
-    ``{"input": resolved path, "name", "size", "mtime_ns"}``; empty when there is none."""
+    ``{"input": resolved path, "name", "size", "mtime_ns", "job"}``, with ``"failed"`` when it
+    is a failure's (:func:`failed_before`); empty when there is none."""
+    return dict(_all_entries(output_dir))
+
+
+def outputs(output_dir: Path) -> set[str]:
+    """The outputs (relative POSIX paths) the record of ``output_dir`` says a batch made: not
+    those it lists only as failed (:func:`failed_before`), whose path may hold anything."""
+    return {rel for rel, entry in _all_entries(output_dir) if "failed" not in entry}
+
+
+def _all_entries(output_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     try:
         text = (output_dir / RECORD).read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return {}
-    found: dict[str, dict[str, Any]] = {}
+        return []
+    found = []
     for line in text.splitlines():
         try:
             entry = json.loads(line)
         except ValueError:  # a line torn by a crash
             continue
         if isinstance(entry, dict) and isinstance(entry.get("output"), str):
-            found[entry["output"]] = entry
+            found.append((entry["output"], entry))
     return found
 
 
@@ -177,4 +188,4 @@ def made_otherwise(record_of: dict[str, dict[str, Any]], output_dir: Path, outpu
 
 
 __all__ = ["PIXEL_PARTS", "RECORD", "changed_input", "failed_before", "made_otherwise",
-           "other_input", "record", "recorded"]
+           "other_input", "outputs", "record", "recorded"]

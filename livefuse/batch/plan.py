@@ -36,6 +36,7 @@ from livefuse.batch.made_from import (
     other_input,
     recorded,
 )
+from livefuse.batch.made_from import outputs as made_outputs
 from livefuse.errors import LivefuseError, VideoError
 from livefuse.imaging import atomic_write_bytes, is_image_path
 from livefuse.io.codecs import open_video
@@ -149,12 +150,12 @@ class Plan:
     what differs (:func:`~livefuse.batch.made_from.made_otherwise`): processed again, and
     said."""
     earlier_incomplete: dict[Item, str] = field(default_factory=dict)
+    """Skipped items whose output an earlier run wrote from an input that ended early, with
+    why (:func:`incomplete_marker`): a rerun says so again instead of passing them as done."""
     failed_before: dict[Item, str] = field(default_factory=dict)
     """Items an earlier run of this job failed on for a reason of their own (no face swapped),
     their input unchanged since, with that failure's message
     (:func:`~livefuse.batch.made_from.failed_before`): not run again, listed as failed."""
-    """Skipped items whose output an earlier run wrote from an input that ended early, with
-    why (:func:`incomplete_marker`): a rerun says so again instead of passing them as done."""
 
 
 def incomplete_marker(output: Path) -> Path:
@@ -314,7 +315,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
                 if top not in d.parents:
                     continue
                 if d not in records:
-                    records[d] = set(recorded(d)) if (d / RECORD).is_file() else set()
+                    records[d] = made_outputs(d) if (d / RECORD).is_file() else set()
                 if records[d] and (folder / f.name).relative_to(d).as_posix() in records[d]:
                     return d
         return None
@@ -449,8 +450,9 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
         earlier = _earlier_incomplete(item)
         changed = changed_input(made_from, output_dir, out, path)
         otherwise = made_otherwise(made_from, output_dir, out, path, job, kind == "video")
-        failed = None if overwrite or _finished_output(out) else \
-            failed_before(made_from, output_dir, out, path, job)
+        # an output there is an earlier one's, from the input before it changed: the item
+        # failed on the input as it is now (a review: it passed as done, exit 0)
+        failed = None if overwrite else failed_before(made_from, output_dir, out, path, job)
         if failed is not None:
             plan.failed_before[item] = failed
         elif overwrite or not _finished_output(out) or (earlier is not None and earlier[1]) \

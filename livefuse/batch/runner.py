@@ -442,26 +442,27 @@ class _Collector:
             # packets that failed to decode near the hole make it damage, whatever the sound
             # did, as `run` tells it (a review: a chunked batch called such a stretch a paused
             # picture, exit 0)
+            lead = Fraction(0) if info.start is None else max(Fraction(0),
+                                                              joined.first - info.start)
+            at = joined.gap_at + lead  # from the stream's start, as a player shows it
             start = joined.first + joined.gap_at
             near = any(start - ERROR_LAG_FRAMES / info.rate <= t <= start + joined.gap
                          for r in parts for t in r.failures)
             paused = joined.sound_through_gap and not near
             bad = sum(r.bad_packets for r in parts)
             # a container that declares no frame count (Matroska) still declares a duration
-            lead = Fraction(0) if info.start is None else max(Fraction(0),
-                                                              joined.first - info.start)
             early = incomplete_reason(joined.frames, info.frames, info.duration,
                                       joined.span + 1 / info.rate, info.rate,
                                       bad_packets=bad,
-                                      hole=None if paused else (joined.gap, joined.gap_at),
+                                      hole=None if paused else (joined.gap, at),
                                       skipped="damaged data" if bad else None, lead=lead)
-            if early is None and gap_reason(joined.gap, joined.gap_at, info.rate) is not None:
+            if early is None and gap_reason(joined.gap, at, info.rate) is not None:
                 if paused:  # a paused picture, as `run` says it
-                    line = f"'{item.input}': {paused_note(joined.gap, joined.gap_at)}"
+                    line = f"'{item.input}': {paused_note(joined.gap, at)}"
                     if line not in self.item_notes:
                         self.item_notes.append(line)
                 else:
-                    early = gap_reason(joined.gap, joined.gap_at, info.rate)
+                    early = gap_reason(joined.gap, at, info.rate)
             self._finish(item, True, "", joined.frames, early, ",".join(sorted({r.worker
                                                                         for r in parts})))
         except LivefuseError as exc:
@@ -492,7 +493,9 @@ class _Collector:
                 incomplete_marker(item.output).unlink(missing_ok=True)
             if self.output_dir is not None:
                 made_from.record(self.output_dir, item.output, item.input, self.job)
-        elif lasting and self.output_dir is not None and self.job is not None:
+        elif lasting and self.output_dir is not None and self.job is not None and \
+                self.stamps.get(item) == _stamp(item.input):
+            # only of the input as it was read: a recording finished meanwhile is tried again
             made_from.record(self.output_dir, item.output, item.input, self.job,
                              failed=message)
         self.results.append(ItemResult(item, "done" if ok else "failed", message, frames,
@@ -556,6 +559,8 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
     for item, msg in plan.failed_before.items():
         msg += (" (an earlier run's result with the same input and settings: not tried "
                 "again; this file alone with --overwrite tries it)")
+        if item.output.exists():
+            msg += f"; '{item.output}' is from an earlier run, not of this input as it is now"
         summary.results.append(ItemResult(item, "failed", msg))
         on_line(f"failed: {item.input}: {msg}")
     summary.results += [ItemResult(i, "skipped", incomplete=plan.earlier_incomplete.get(i))

@@ -502,7 +502,8 @@ class _Decoder:
         begins = self.vin.start_time
         lead = Fraction(0) if begins is None or self.first_pts is None else \
             max(Fraction(0), (self.first_pts - begins) * self.tb)
-        gap, at = self.gap[0] * self.tb, (self.gap[1] - start) * self.tb
+        # a hole's place counts from the stream's start too, as a player shows it
+        gap, at = self.gap[0] * self.tb, (self.gap[1] - start) * self.tb + lead
         hole = gap_reason(gap, at, self.rate)
         # a gap where packets failed to decode is damage, whatever the sound did: zeroed
         # video data in an MP4 keeps its audio packets (a new user's damaged clip). The
@@ -546,7 +547,8 @@ def gap_reason(gap: Fraction, at: Fraction, rate: Fraction) -> str | None:
 
     Args:
         gap: the longest step between two consecutive frames' timestamps (s).
-        at: where it starts, from the first frame (s).
+        at: where it starts, from the stream's start (s; the first frame's when it declares
+            none).
         rate: the stream's average frame rate (fps).
     """
     if gap <= max(GAP_MIN_S, GAP_MIN_FRAMES / rate):
@@ -608,7 +610,7 @@ def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
         error: the decoding error that stopped it, if any (the input ended there).
         bad_packets: packets that could not be decoded and were skipped.
         hole: the longest step between two decoded frames and where it starts (s from the
-            first frame); ``None`` when there is none to report (a picture that pauses while
+            stream's start); ``None`` when there is none to report (a picture that pauses while
             its sound goes on is not one).
         holes: how many steps are holes (:func:`gap_reason`).
         skipped: the error of packets skipped with frames decoded after them.
@@ -656,7 +658,7 @@ def incomplete_reason(decoded: int, declared: int, duration: Fraction | None,
                 f"{float(duration):.1f} s (about {about} frames): {error or CUT_OFF}")
     if lead and places and gap_reason(lead, Fraction(0), rate) is not None:
         # a damaged start in a container that declares no frame count (Matroska)
-        return f"input damaged: {places[0]}{blocks}"
+        return f"input damaged: {'; '.join(places)}{blocks}"
     if error is not None or skipped is not None:
         return (f"input damaged: {bad_packets or 1} part(s) could not be decoded "
                 f"({error or skipped}); {decoded} frames decoded")

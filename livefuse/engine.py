@@ -262,7 +262,7 @@ class Engine:
             NoFaceError, FaceIndexError: see :meth:`prepare_source`.
         """
         chosen = self.use_source(self.prepare_source(image, face_index, face))
-        self.reset_tracking()
+        self.reset_tracking(same_stream=True)
         return chosen
 
     def prepare_source(self, image: LoadedImage, face_index: int | None = None,
@@ -352,7 +352,9 @@ class Engine:
         if self.enhancer is not None:
             self.enhancer.blend = config.enhancer_blend
         self.renderer.configure(config)
-        self.reset_tracking()
+        # the same stream goes on: its sweep pacer stays (a slider dragged in `live` applies
+        # a config a frame, and each fresh pacer swept all eight turns on its first frame)
+        self.reset_tracking(same_stream=True)
         self.cache.invalidate()
         return True
 
@@ -387,15 +389,21 @@ class Engine:
             f"{len(faces)} faces in '{image.path or 'the reference photo'}': the largest, at "
             f"{x1},{y1}-{x2},{y2}, is the reference (a photo of that person alone avoids "
             "the guess)",)
-        self.reset_tracking()
+        self.reset_tracking(same_stream=True)
 
-    def reset_tracking(self) -> None:
+    def reset_tracking(self, same_stream: bool = False) -> None:
         """Forget tracked faces and the analyser's per-stream state (a new video, a new
-        source); the next frame runs detection, as it would in a fresh process."""
+        source); the next frame runs detection, as it would in a fresh process.
+
+        ``same_stream``: the frames that follow are the same stream's (new settings, a new
+        source photo): the turns ``--rotation auto`` found faces at and its pace are kept
+        (:class:`~livefuse.faces.rotation.SweepPacer`), so its first frame is not swept again.
+        """
         self.tracker.reset()
         self.smoother.reset()
         self.analyser.reset()
-        self._sweeps.reset()
+        if not same_stream:
+            self._sweeps.reset()
 
     # -- the frame path -------------------------------------------------------------------------
     def lend(self, shape: tuple[int, ...]) -> Frame | None:

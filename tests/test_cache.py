@@ -243,7 +243,8 @@ def test_tracked_face_is_kept_by_identity_not_by_size(analyser: DlibFaceAnalyser
     real = max(analyser.detect(np.ascontiguousarray(data.astronaut()[..., ::-1])),
                key=lambda f: f.score)
     an = _StubAnalyser(frames, real)
-    eng = Engine(EngineConfig(face_selector="one", smooth=False),
+    # the stub answers call by call, not turn by turn: no sweep of the turned frames
+    eng = Engine(EngineConfig(face_selector="one", smooth=False, rotation="off"),
                  analyser=an)  # type: ignore[arg-type]
     eng.set_source(LoadedImage(bgr=np.zeros((100, 100, 3), np.uint8), alpha=None,
                                path=Path("src.png")))

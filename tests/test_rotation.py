@@ -272,6 +272,64 @@ def test_the_first_frames_sweep_keeps_a_tilted_head_the_upright_pass_found() -> 
     assert asked == [1 + len(ANGLES), 1, 1, 1] and pacer.turns == ()
 
 
+def test_a_tilted_head_beside_a_face_lying_down_does_not_send_every_frame_to_every_turn(
+        ) -> None:
+    """A review: with a turn remembered for a face lying down, an upright head tilted 35
+    degrees failed the turns-first check (seen past the detector's reliable roll) and sent
+    every frame to the full sweep. It looked right upright, so it stands: the lying face's
+    turn and the upright pass only, every turn on every 8th frame."""
+    size = (400, 300)
+    frame = np.random.default_rng(4).integers(0, 256, (300, 400, 3), np.uint8)
+    tilted = _face(100, 150, 80, 0.8, roll=-35)
+    lying = _face(300, 150, 90, 0.85, roll=90)
+    pacer = SweepPacer()
+    asked, angles = [], []
+    for index in range(17):
+        detect = _Scripted({0: [tilted], 45: [_in_turn(tilted, 45, size)],
+                            270: [_in_turn(lying, 270, size)]}, frame)
+        faces = detect_rotated(detect, frame, "auto", pacer=pacer, index=index)
+        angles.append([f.angle for f in faces])
+        asked.append(len(detect.asked))
+    assert angles == [[0, 270]] * 17
+    full = 1 + len(ANGLES)
+    assert asked == [full, *[2] * 7, full, *[2] * 7, full]
+
+
+def test_new_settings_or_a_new_source_keep_the_streams_sweep_pace(
+        analyser: DlibFaceAnalyser, source: LoadedImage) -> None:
+    """A review: ``live`` applies a config a frame while a slider is dragged, and each apply
+    made a fresh pacer, whose first frame swept all eight turns. Settings and the source
+    photo change; the stream goes on, and so does its pace. A new video starts afresh."""
+    from dataclasses import replace as changed
+
+    engine = _engine(analyser, source, rotation="auto")
+    calls = []
+    detect = analyser.detect
+
+    def counted(frame: object, upsample: int | None = None) -> list[Face]:
+        calls.append(1)
+        return detect(frame, upsample)  # type: ignore[arg-type]
+
+    analyser.detect = counted  # type: ignore[method-assign]
+    try:
+        blank = np.full((72, 96, 3), 90, np.uint8)
+        for i in range(IDLE_FRAMES + 2):  # past the first second: paced
+            engine.process(blank.copy(), i)
+        calls.clear()
+        assert engine.apply(changed(engine.config, mouth_from_target=0.5))
+        engine.process(blank.copy(), IDLE_FRAMES + 3)  # not a multiple of 8: not swept
+        assert len(calls) == 1
+        engine.set_source(source)  # its own detection, on the photo
+        calls.clear()
+        engine.process(blank.copy(), IDLE_FRAMES + 4)
+        assert len(calls) == 1
+        engine.reset_tracking()  # a new video
+        engine.process(blank.copy(), IDLE_FRAMES + 5)
+        assert len(calls) == 1 + 1 + len(ANGLES)
+    finally:
+        del analyser.detect
+
+
 def test_a_phone_clip_stored_on_its_side_is_searched_at_its_turn_first() -> None:
     """A new user's trial: a phone clip whose pictures are stored on their side (the display
     matrix turns them for the viewer) has its face rolled a quarter turn in every frame, so
@@ -399,9 +457,14 @@ def test_a_remembered_turn_is_swept_again_when_the_detecting_frames_are_all_odd(
     assert asked[:4] == [2, 2, 2, 8] and asked[4:] == [1] * 10 and pacer.turns == ()
 
 
-def test_an_upright_face_seen_rolled_40_degrees_sends_the_frame_to_every_turn() -> None:
+def test_an_upright_face_seen_rolled_40_degrees_stands_as_on_a_frame_not_swept() -> None:
     """A review: a face the upright pass sees rolled 30-45 degrees is seen better at the next
-    turn (the first rank of the sweep is within 30): the turns tried first do not stop there."""
+    turn (the first rank of the sweep is within 30), and the frame went to every turn to take
+    it from there. A second review: that made the turn remembered (two passes a frame, no
+    tracking: turned faces are detected on every frame), and a tilted head beside a face
+    lying down sent every frame to the full sweep. Upright faces that look right
+    (:func:`needs_sweep`) now stand as on a frame that is not swept: the remembered turn is
+    tried, and the last full sweep's other turns are not."""
     size = (400, 300)
     frame = np.random.default_rng(5).integers(0, 256, (300, 400, 3), np.uint8)
     pacer = SweepPacer()
@@ -411,7 +474,12 @@ def test_an_upright_face_seen_rolled_40_degrees_sends_the_frame_to_every_turn() 
     tilted = _face(150, 150, 100, 0.9, roll=40)
     detect = _Scripted({0: [tilted], 315: [_in_turn(tilted, 315, size)]}, frame)
     faces = detect_rotated(detect, frame, "auto", pacer=pacer, index=2)
-    assert len(detect.asked) == 1 + len(ANGLES) and [f.angle for f in faces] == [315]
+    assert detect.asked == [0, 270] and [f.angle for f in faces] == [0]
+    # the next full sweep forgets the turn
+    detect = _Scripted({0: [tilted], 315: [_in_turn(tilted, 315, size)]}, frame)
+    faces = detect_rotated(detect, frame, "auto", pacer=pacer, index=8)
+    assert len(detect.asked) == 1 + len(ANGLES) and [f.angle for f in faces] == [0]
+    assert pacer.turns == ()
 
 
 def test_a_lying_face_is_kept_over_a_false_face_inside_it_that_scores_higher() -> None:

@@ -148,7 +148,8 @@ def needs_sweep(mode: RotationMode, upright: Sequence[Face], still: bool) -> boo
 SWEEP_EVERY = 8
 """On video, once no face at all was found for :data:`IDLE_FRAMES` frames in a row, the
 faceless frames that follow sweep the turns only on frame indices that are multiples of this
-(a turned face that appears is then found within about a quarter second at 30 fps). A sweep
+(a turned face that appears is then found within about a quarter second at 30 fps), and of
+this times :data:`LONG_PACE` in a long stretch (:data:`LONG_IDLE_FRAMES`). A sweep
 runs the detector seven more times: a new user's clip with a face in its last second only ran
 5.1 fps against 21.5 paced (docs/BENCHMARKS.md §13), so a season of streams with long faceless
 stretches (a BRB screen, gameplay without a camera) paid it on every frame."""
@@ -160,7 +161,7 @@ looked for again at once, as before; only a stretch with no face keeps the pace.
 
 
 LONG_IDLE_FRAMES = 120
-"""Frames after :data:`IDLE_FRAMES` (about 4 s at 30 fps) after which a faceless stretch is a
+"""Frames after :data:`IDLE_FRAMES` (4 s at 30 fps, 2 s at 60) after which a faceless stretch is a
 long one (a BRB screen, gameplay without a camera): its frames sweep only on multiples of
 :data:`SWEEP_EVERY` times :data:`LONG_PACE`."""
 
@@ -177,8 +178,10 @@ class SweepPacer:
 
     Frame indices are the video's own, so in a long faceless stretch a chunk of the video
     processed on its own (``livefuse batch``) sweeps on the frames one run over the whole video
-    sweeps on. A chunk starts unpaced: it can find a turned face that appears in its first
-    second up to ``every - 1`` frames sooner than one run over the whole video. One per video
+    sweeps on. A chunk starts unpaced, and its first frame sweeps every turn
+    (:meth:`first_look`): it can find a turned face that appears in its first seconds up to
+    ``every * LONG_PACE - 1`` frames sooner than one run over the whole video, or a sideways
+    face beside upright ones that run found only at its next sweep. One per video
     stream; used by the thread that detects (the engine's processing thread).
 
     Attributes:
@@ -272,8 +275,11 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
         still: the frame is a still image (``auto`` then always tries the turns).
         dropped: when given, detections dropped because their landmarks do not fit a face (and
             overlapping no kept face) are appended, with why.
-        pacer: a video's :class:`SweepPacer`: in ``auto``, a frame where the upright pass found
-            no face sweeps the turns only when it says so (``None``: every such frame), and a
+        pacer: a video's :class:`SweepPacer`: in ``auto``, the stream's first frame sweeps
+            every turn; a frame where the upright pass found no face sweeps the turns only
+            when it says so (``None``: every such frame); a frame whose upright faces look
+            right is swept at the turns where the last full sweep found faces, the upright
+            faces standing (:func:`_upright_stand`); and a
             sweep tries its :attr:`~SweepPacer.turns` first: when they and the upright pass give
             as many faces as the last full sweep, all seen near upright (:func:`_steady`), and
             each turned one continues a face of the last full sweep (:func:`_continues`), the
@@ -307,7 +313,7 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
 
     def keep() -> tuple[list[tuple[Face, float]], list[SkippedFace]]:
         kept, misfits = _keep(seen)
-        return (_upright_stand(kept, faces) if looked_right and first else kept), misfits
+        return (_upright_stand(kept, faces) if looked_right else kept), misfits
 
     turns = list(ANGLES)
     if paced is not None and not paced.full_sweep(index):
@@ -315,8 +321,11 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
             look(angle)
             turns.remove(angle)
         kept, misfits = keep()
-        if len(kept) >= max(1, paced.faces) and all(_steady(f, roll) for f, roll in kept) and \
-                all(f.angle == 0 or _continues(f, paced.seen) for f, _ in kept):
+        # an upright face that looked right stands as on a frame not swept; a turned one must
+        # be seen near upright and continue a face of the last full sweep
+        if len(kept) >= max(1, paced.faces) and all(
+                (looked_right or _steady(f, roll)) if f.angle == 0 else
+                (_steady(f, roll) and _continues(f, paced.seen)) for f, roll in kept):
             return _done(kept, misfits, dropped, paced, index)
     for angle in turns:
         look(angle)
@@ -332,8 +341,9 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
 def _upright_stand(kept: list[tuple[Face, float]], upright: Sequence[Face]
                    ) -> list[tuple[Face, float]]:
     """``kept`` with the upright pass's faces back in place of the turned detections of the same
-    faces, for a stream's first frame whose upright faces looked right (:func:`needs_sweep`),
-    swept only to look for others (:meth:`SweepPacer.first_look`). A head tilted 30
+    faces, for a frame whose upright faces looked right (:func:`needs_sweep`) and was swept
+    only to look for others (a stream's first frame, :meth:`SweepPacer.first_look`; a turn
+    remembered): as on a frame that is not swept. A head tilted 30
     degrees is seen better at the 45-degree turn, and taking it from there made the first
     frame's sweep remember that turn: two detector passes a frame and no tracking (turned faces
     are detected on every frame), where the upright face served. A turned face that holds an

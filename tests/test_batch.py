@@ -291,6 +291,28 @@ def _opts(src: Path, out: Path, **kw: object) -> BatchOptions:
     return BatchOptions((str(src),), out, executor="local", **kw)  # type: ignore[arg-type]
 
 
+def _noise_clip(path: Path, frames: int, audio_tracks: int = 0) -> Path:
+    """Incompressible 64x96 frames at 30 fps (a cut or zeroed byte range loses frames, not
+    padding); an MP4's index at the front."""
+    from fractions import Fraction
+
+    import numpy as np
+    from clips import write_clip
+
+    rng = np.random.default_rng(0)
+    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(frames)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_clip(path, list(range(frames)), Fraction(1, 30), Fraction(30),
+                      audio_tracks=audio_tracks, pictures=noise,
+                      options={"movflags": "faststart"} if path.suffix == ".mp4" else None)
+
+
+def _first_video_byte(clip: Path) -> int:
+    """Where the first video frame's data starts in ``clip`` (zeroed from there: its GOP)."""
+    with av.open(str(clip)) as c:
+        return int(next(p.pos for p in c.demux(video=0) if p.size))
+
+
 def test_one_bad_item_fails_alone_and_resume_skips_what_is_done(
         mixed: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -720,19 +742,9 @@ def test_workers_without_a_gpu_run_the_classic_engine(
 def test_an_early_ended_input_is_said_again_when_a_rerun_skips_it(tmp_path: Path) -> None:
     """A new user's trial: the first batch exited 3 ("ended early: 37 of 90"), the rerun
     skipped the item (its output exists) and exited 0, passing the cut output as done."""
-    from fractions import Fraction
-
-    import numpy as np
-    from clips import write_clip
-
     from livefuse.batch.plan import incomplete_marker
 
-    rng = np.random.default_rng(0)
-    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(90)]
-    (tmp_path / "in").mkdir()
-    clip = write_clip(tmp_path / "in" / "cut.mp4", list(range(90)), Fraction(1, 30),
-                      Fraction(30), audio_tracks=0, pictures=noise,
-                      options={"movflags": "faststart"})
+    clip = _noise_clip(tmp_path / "in" / "cut.mp4", 90)
     clip.write_bytes(clip.read_bytes()[: int(clip.stat().st_size * 0.4)])
     out = tmp_path / "out"
     first = run_batch(_opts(tmp_path / "in", out), marking_engine, quiet=True)
@@ -799,17 +811,7 @@ def test_a_cut_input_says_it_ended_early_whole_or_in_chunks(
         tmp_path: Path, ext: str, chunk_seconds: float | None) -> None:
     """A new user's trial: a cut Matroska file (it declares 8 s but no frame count) cut into
     chunks was "done" with exit 0; whole, it said "ended early" and exited 3."""
-    from fractions import Fraction
-
-    import numpy as np
-    from clips import write_clip
-
-    rng = np.random.default_rng(0)
-    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(240)]
-    (tmp_path / "in").mkdir()
-    clip = write_clip(tmp_path / "in" / f"cut.{ext}", list(range(240)), Fraction(1, 30),
-                      Fraction(30), audio_tracks=0, pictures=noise,
-                      options={"movflags": "faststart"} if ext == "mp4" else None)
+    clip = _noise_clip(tmp_path / "in" / f"cut.{ext}", 240)
     whole = run_batch(_opts(tmp_path / "in", tmp_path / "whole", chunk_seconds=chunk_seconds),
                       marking_engine, quiet=True)
     assert whole.incomplete == [] and whole.count("done") == 1
@@ -830,23 +832,10 @@ def test_a_damaged_stretch_in_the_middle_is_not_an_early_end(
     the sound "goes on" through the hole: the packets that failed to decode still make it
     damage, in chunks too (a review: "the picture pauses", exit 0). A review: a damaged first
     GOP was still "ended early" (the end was measured from the first frame decoded)."""
-    from fractions import Fraction
-
-    import numpy as np
-    from clips import write_clip
-
-    rng = np.random.default_rng(0)
-    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(240)]
-    (tmp_path / "in").mkdir()
-    clip = write_clip(tmp_path / "in" / "holed.mp4", list(range(240)), Fraction(1, 30),
-                      Fraction(30), audio_tracks=audio_tracks, pictures=noise,
-                      options={"movflags": "faststart"})
+    clip = _noise_clip(tmp_path / "in" / "holed.mp4", 240, audio_tracks)
     data = bytearray(clip.read_bytes())
-    if where is None:  # from the first frame's data on: the first GOP
-        with av.open(str(clip)) as c:
-            a = next(p.pos for p in c.demux(video=0) if p.size)
-    else:
-        a = int(len(data) * where)
+    # None: from the first frame's data on, its GOP
+    a = _first_video_byte(clip) if where is None else int(len(data) * where)
     b = a + int(len(data) * 0.15)
     data[a:b] = bytes(b - a)
     clip.write_bytes(bytes(data))
@@ -864,19 +853,9 @@ def test_a_video_whose_every_frame_is_damaged_fails_whole_or_in_chunks(
         tmp_path: Path, chunk_seconds: float | None) -> None:
     """Chunks wholly inside a damaged stretch write no file and the join goes past them; when
     every chunk is such, the item fails as the whole file's run does."""
-    from fractions import Fraction
-
-    import numpy as np
-    from clips import write_clip
-
-    rng = np.random.default_rng(0)
-    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(90)]
-    (tmp_path / "in").mkdir()
-    clip = write_clip(tmp_path / "in" / "zeroed.mp4", list(range(90)), Fraction(1, 30),
-                      Fraction(30), pictures=noise, options={"movflags": "faststart"})
+    clip = _noise_clip(tmp_path / "in" / "zeroed.mp4", 90)
     data = bytearray(clip.read_bytes())
-    with av.open(str(clip)) as c:
-        a = next(p.pos for p in c.demux(video=0) if p.size)
+    a = _first_video_byte(clip)
     data[a:] = bytes(len(data) - a)
     clip.write_bytes(bytes(data))
     summary = run_batch(_opts(tmp_path / "in", tmp_path / "out", chunk_seconds=chunk_seconds),
@@ -1605,20 +1584,11 @@ def test_a_hole_after_a_damaged_start_is_placed_as_run_places_it(
     stream's start, when the first GOP was damaged; whole or in chunks, it is the output
     frame's own time before the hole."""
     import re
-    from fractions import Fraction
 
-    import numpy as np
-    from clips import write_clip
-
-    rng = np.random.default_rng(0)
-    noise = [rng.integers(0, 255, (64, 96, 3), dtype=np.uint8) for _ in range(240)]
-    (tmp_path / "in").mkdir()
-    clip = write_clip(tmp_path / "in" / "holed.mp4", list(range(240)), Fraction(1, 30),
-                      Fraction(30), pictures=noise, options={"movflags": "faststart"})
+    clip = _noise_clip(tmp_path / "in" / "holed.mp4", 240)
     data = bytearray(clip.read_bytes())
-    with av.open(str(clip)) as c:
-        first = next(p.pos for p in c.demux(video=0) if p.size)
-    for a, n in ((first, int(len(data) * 0.1)), (int(len(data) * 0.6), int(len(data) * 0.1))):
+    n = int(len(data) * 0.1)
+    for a in (_first_video_byte(clip), int(len(data) * 0.6)):
         data[a:a + n] = bytes(n)
     clip.write_bytes(bytes(data))
     summary = run_batch(_opts(tmp_path / "in", tmp_path / "out", chunk_seconds=chunk_seconds),

@@ -295,41 +295,6 @@ def test_a_tilted_head_beside_a_face_lying_down_does_not_send_every_frame_to_eve
     assert asked == [full, *[2] * 7, full, *[2] * 7, full]
 
 
-def test_new_settings_or_a_new_source_keep_the_streams_sweep_pace(
-        analyser: DlibFaceAnalyser, source: LoadedImage) -> None:
-    """A review: ``live`` applies a config a frame while a slider is dragged, and each apply
-    made a fresh pacer, whose first frame swept all eight turns. Settings and the source
-    photo change; the stream goes on, and so does its pace. A new video starts afresh."""
-    from dataclasses import replace as changed
-
-    engine = _engine(analyser, source, rotation="auto")
-    calls = []
-    detect = analyser.detect
-
-    def counted(frame: object, upsample: int | None = None) -> list[Face]:
-        calls.append(1)
-        return detect(frame, upsample)  # type: ignore[arg-type]
-
-    analyser.detect = counted  # type: ignore[method-assign]
-    try:
-        blank = np.full((72, 96, 3), 90, np.uint8)
-        for i in range(IDLE_FRAMES + 2):  # past the first second: paced
-            engine.process(blank.copy(), i)
-        calls.clear()
-        assert engine.apply(changed(engine.config, mouth_from_target=0.5))
-        engine.process(blank.copy(), IDLE_FRAMES + 3)  # not a multiple of 8: not swept
-        assert len(calls) == 1
-        engine.set_source(source)  # its own detection, on the photo
-        calls.clear()
-        engine.process(blank.copy(), IDLE_FRAMES + 4)
-        assert len(calls) == 1
-        engine.reset_tracking()  # a new video
-        engine.process(blank.copy(), IDLE_FRAMES + 5)
-        assert len(calls) == 1 + 1 + len(ANGLES)
-    finally:
-        del analyser.detect
-
-
 def test_a_phone_clip_stored_on_its_side_is_searched_at_its_turn_first() -> None:
     """A new user's trial: a phone clip whose pictures are stored on their side (the display
     matrix turns them for the viewer) has its face rolled a quarter turn in every frame, so
@@ -507,7 +472,11 @@ def test_the_engine_paces_a_videos_faceless_frames_and_a_new_video_starts_afresh
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine hands its detection the video's pacer and each frame's index: 48 faceless
     frames of a stream run the detector at every turn on the first 31 and on frames 32 and 40
-    only; a new video after ``reset_tracking`` is swept at once."""
+    only; a new video after ``reset_tracking`` is swept at once. A review: ``live`` applies a
+    config a frame while a slider is dragged, and each apply made a fresh pacer, whose first
+    frame swept all eight turns: new settings and a new source photo keep the stream's pace."""
+    from dataclasses import replace as changed
+
     engine = _engine(analyser, source, rotation="auto")
     calls = []
     detect = analyser.detect
@@ -527,6 +496,14 @@ def test_the_engine_paces_a_videos_faceless_frames_and_a_new_video_starts_afresh
     for i in range(IDLE_FRAMES + 2):
         engine.process(blank.copy(), 100 + i)
     assert len(calls) == (IDLE_FRAMES + 1) * sweep + 1
+    calls.clear()
+    assert engine.apply(changed(engine.config, mouth_from_target=0.5))
+    engine.process(blank.copy(), 100 + IDLE_FRAMES + 3)  # not a multiple of 8: not swept
+    assert len(calls) == 1
+    engine.set_source(source)  # its own detection, on the photo
+    calls.clear()
+    engine.process(blank.copy(), 100 + IDLE_FRAMES + 5)
+    assert len(calls) == 1
 
 
 # --- real photos ----------------------------------------------------------------------------

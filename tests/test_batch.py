@@ -465,9 +465,13 @@ def test_an_output_made_with_another_face_photo_is_made_again(tmp_path: Path,
         f"again: '{out / 'pic.jpg'}'" in "\n".join(remade.lines())
     assert [r.status for r in run_batch(opts, marking_engine, quiet=True,
                                         job=again).results] == ["skipped"]
-    # a photo has no video options, and no chunks
-    for video, chunks in ((VideoOptions(crf=30), None), (VideoOptions(), 5.0)):
-        same = job_key(EngineSpec(EngineConfig(), other_photo), video, chunks)
+    # a photo has no video options, no chunks, and no settings across frames (a new user's
+    # trial: --detect-every 2 remade a batch's photos, byte-identical)
+    for config, video, chunks in ((EngineConfig(), VideoOptions(crf=30), None),
+                                  (EngineConfig(), VideoOptions(), 5.0),
+                                  (EngineConfig(detect_every=2, smooth=False), VideoOptions(),
+                                   None)):
+        same = job_key(EngineSpec(config, other_photo), video, chunks)
         assert [r.status for r in run_batch(opts, marking_engine, quiet=True,
                                             job=same).results] == ["skipped"]
     # the season's folder renamed since, then another face photo: made again (the review)
@@ -480,7 +484,7 @@ def test_an_output_made_with_another_face_photo_is_made_again(tmp_path: Path,
     # (a review: after the upgrade, --blend seamless skipped outputs made with feather)
     record = out / RECORD
     old_style = ";".join(p for p in first.split(";")
-                         if not p.startswith(("settings=", "encoding=")))
+                         if not p.startswith(("settings=", "still=", "encoding=")))
     record.write_text(record.read_text().replace(first, old_style))
     seamless = job_key(EngineSpec(EngineConfig(blend="seamless"), t1_path), VideoOptions())
     assert [r.status for r in run_batch(moved_opts, marking_engine, quiet=True,

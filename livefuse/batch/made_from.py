@@ -173,7 +173,7 @@ def made_otherwise(record_of: dict[str, dict[str, Any]], output_dir: Path, outpu
     another face photo into the same folder skipped the finished outputs as done: they kept the
     old face, exit 0, while the interrupted video's chunks were made again with the new one (a
     new user's trial)."""
-    from livefuse.batch.worker import JOB_PARTS, VIDEO_PARTS, job_changes
+    from livefuse.batch.worker import job_changes, photo_parts
 
     try:
         rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
@@ -183,8 +183,8 @@ def made_otherwise(record_of: dict[str, dict[str, Any]], output_dir: Path, outpu
     if job is None or entry is None or not isinstance(entry.get("job"), str) or \
             not _same_input(entry, source):
         return []
-    names = {JOB_PARTS[k] for k in PIXEL_PARTS if video or k not in VIDEO_PARTS}
-    return [c for c in job_changes(entry["job"], job) if c in names]
+    return job_changes(entry["job"], job,
+                       PIXEL_PARTS if video else photo_parts(entry["job"], job))
 
 
 __all__ = ["PIXEL_PARTS", "RECORD", "changed_input", "failed_before", "made_otherwise",

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -61,7 +61,8 @@ class EngineSpec:
 
 
 JOB_PARTS = {"version": "the livefuse version", "settings": "the engine settings",
-             "engine": "the engine settings", "photos": "the face photo",
+             "still": "the engine settings", "engine": "the engine settings",
+             "photos": "the face photo",
              "encoding": "the video options", "video": "the video options",
              "chunks": "--chunk-seconds"}
 """The parts of a :func:`job_key`, and how a sentence names each."""
@@ -109,6 +110,9 @@ def job_key(spec: EngineSpec, video: VideoOptions, chunk_seconds: float | None =
         "version": __version__,
         "settings": [_pixel_settings(spec.config, workers_here, cpu_workers), repr(spec.cache),
                      spec.source_face_index],
+        # as they decide a photo's pixels: without those that act across frames
+        "still": [_pixel_settings(replace(spec.config, detect_every=1, smooth=True),
+                                  workers_here, cpu_workers), spec.source_face_index],
         "engine": [repr(spec.config), repr(spec.cache), spec.source_face_index],
         "photos": [stamp(spec.source), stamp(spec.reference)],
         "encoding": [_encoder_named(video.encoder, video.crf) if workers_here
@@ -165,15 +169,28 @@ def _parts(key: str) -> dict[str, str]:
     return dict(p.split("=", 1) for p in key.split(";") if "=" in p)
 
 
-def job_changes(before: str, now: str) -> list[str]:
+def job_changes(before: str, now: str, only: Collection[str] | None = None) -> list[str]:
     """What differs between two :func:`job_key` values, in words (empty when a key is not of
     that form: all that is known then is that they differ). A part of :data:`SUPERSEDED` is
-    compared only when either key lacks its successor (a record from before)."""
+    compared only when either key lacks its successor (a record from before). ``only``: the
+    parts compared (all by default)."""
     a, b = _parts(before), _parts(now)
     skip = {old if new in a and new in b else new for old, new in SUPERSEDED.items()}
     changed = [JOB_PARTS[k] for k in JOB_PARTS
-               if k not in skip and k in a and k in b and a[k] != b[k]]
+               if k not in skip and k in a and k in b and a[k] != b[k]
+               and (only is None or k in only)]
     return list(dict.fromkeys(changed))
+
+
+def photo_parts(before: str, now: str) -> tuple[str, ...]:
+    """The parts of two :func:`job_key` values that decide a photo's pixels: not the video's
+    (:data:`VIDEO_PARTS`), and the engine settings without those that act across frames
+    (``still``) when both keys have it (a new user's trial: ``--detect-every 2`` remade a
+    batch's photos, byte-identical)."""
+    keys: tuple[str, ...] = ("settings", "engine", "photos")
+    if "still" in _parts(before) and "still" in _parts(now):
+        keys = ("still", "photos")
+    return keys
 
 
 def same_job(before: str, now: str) -> bool | None:
@@ -452,4 +469,4 @@ class BatchWorker:
 
 __all__ = ["CODEC_THREADS_PER_CPU", "SUPERSEDED", "VIDEO_PARTS", "BatchWorker", "EngineSpec",
            "UnitResult", "WorkerInfo", "WorkerStats", "codec_threads", "job_changes", "job_key",
-           "same_job"]
+           "photo_parts", "same_job"]

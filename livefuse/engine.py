@@ -502,7 +502,7 @@ class Engine:
         faces, weak = drop_weak(detect_rotated(lambda f: self.analyser.detect(f, upsample), frame,
                                                self.config.rotation, still=still,
                                                dropped=dropped, pacer=self._sweeps,
-                                               index=index))
+                                               index=index, expected=self.tracker.previous))
         dropped += [SkippedFace(f.bbox, f"scored {f.score:.2f}, under {SCORE_RATIO:g}x the best "
                                 "face of the frame", f.angle, f.score) for f in weak]
         if self.config.face_selector == "reference" and self._reference is not None:

@@ -4,6 +4,7 @@ livefuse.faces.rotation, which faces they keep, and what the user is told about 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -17,6 +18,7 @@ from livefuse.faces.rotation import (
     IDLE_FRAMES,
     LONG_IDLE_FRAMES,
     LONG_PACE,
+    LOST_ROLL,
     SWEEP_EVERY,
     SweepPacer,
     detect_rotated,
@@ -293,6 +295,33 @@ def test_a_tilted_head_beside_a_face_lying_down_does_not_send_every_frame_to_eve
     assert angles == [[0, 270]] * 17
     full = 1 + len(ANGLES)
     assert asked == [full, *[2] * 7, full, *[2] * 7, full]
+
+
+def test_a_tilted_face_the_upright_pass_loses_is_looked_for_at_the_turns() -> None:
+    """A new user's trial: in a group shot tilted 35 degrees, the upright pass lost two faces
+    for frames at a time while it found the others, so the frame was not swept and they went
+    unswapped, exit 0. A face the previous frame swapped, tilted past LOST_ROLL, that the
+    upright pass misses sends the frame to the turns; one barely tilted (a hand in front of
+    it) does not, and a face found turned is then looked for at its turn."""
+    size = (400, 300)
+    frame = np.random.default_rng(7).integers(0, 256, (300, 400, 3), np.uint8)
+    level = _face(100, 150, 80, 0.9, roll=5)
+    tilted = _face(280, 150, 80, 0.8, roll=-35)
+    pacer = SweepPacer()
+    detect = _Scripted({0: [level, tilted]}, frame)
+    assert len(detect_rotated(detect, frame, "auto", pacer=pacer, index=0)) == 2
+    lost = _Scripted({0: [level], 45: [_in_turn(tilted, 45, size)]}, frame)
+    faces = detect_rotated(lost, frame, "auto", pacer=pacer, index=1, expected=[level, tilted])
+    assert [f.angle for f in faces] == [0, 45] and len(lost.asked) == 1 + len(ANGLES)
+    assert pacer.turns == (45,)
+    # barely tilted: a face the detector should see upright; lost to something else
+    pacer = SweepPacer()
+    detect_rotated(_Scripted({0: [level]}, frame), frame, "auto", pacer=pacer, index=0)
+    hidden = _Scripted({0: [level]}, frame)
+    other = _face(280, 150, 80, 0.8, roll=-15)
+    detect_rotated(hidden, frame, "auto", pacer=pacer, index=1, expected=[level, other])
+    assert hidden.asked == [0]
+    assert LOST_ROLL == 25.0
 
 
 def test_a_phone_clip_stored_on_its_side_is_searched_at_its_turn_first() -> None:
@@ -608,3 +637,24 @@ def test_unswapped_reasons() -> None:
                          skipped=[SkippedFace(tiny.bbox, "too small to swap (12 px wide)")])
     assert skipped_lines(packet) == ["the face at x=100, y=50 (12 px wide): too small to swap "
                                      "(12 px wide)"]
+
+
+def test_the_engine_tells_the_sweep_which_faces_the_last_frame_swapped(
+        analyser: DlibFaceAnalyser, source: LoadedImage, t1_bgr: Frame,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lost-tilted-face sweep needs the tracker's faces of the previous frame: the engine
+    hands them to each detection (none on a stream's first frame)."""
+    import livefuse.engine as engine_module
+
+    engine = _engine(analyser, source, rotation="auto")
+    given: list[int] = []
+    real = engine_module.detect_rotated
+
+    def spy(*args: object, **kw: Any) -> list[Face]:
+        given.append(len(kw.get("expected", ())))
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine_module, "detect_rotated", spy)
+    first = engine.process(t1_bgr.copy(), 0)
+    engine.process(t1_bgr.copy(), 1)
+    assert given == [0, len(first.faces)] and len(first.faces) >= 5

@@ -257,7 +257,8 @@ def _rank(face: Face, roll_in_view: float) -> tuple[int, float]:
 def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
                    mode: RotationMode, upright: Sequence[Face] | None = None,
                    still: bool = False, dropped: list[SkippedFace] | None = None,
-                   pacer: SweepPacer | None = None, index: int = 0) -> list[Face]:
+                   pacer: SweepPacer | None = None, index: int = 0,
+                   expected: Sequence[Face] = ()) -> list[Face]:
     """Faces at any roll, per ``mode`` (see :data:`RotationMode`).
 
     When the turns are tried, each face is taken from the pass that saw it best: the detections
@@ -285,6 +286,9 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
             each turned one continues a face of the last full sweep (:func:`_continues`), the
             other turns are not tried (except on :meth:`~SweepPacer.full_sweep` frames).
         index: the frame's index in the video (for ``pacer``).
+        expected: the faces the stream's previous frame swapped (the tracker's): with a
+            ``pacer``, a frame whose upright pass misses one of them that was tilted past
+            :data:`LOST_ROLL` sweeps the turns (:func:`_lost_tilted`).
 
     Returns:
         Faces in ``frame`` coordinates, left to right.
@@ -293,12 +297,13 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
     paced = pacer if mode == "auto" and not still else None
     looked_right = not needs_sweep(mode, faces, still)
     first = paced is not None and paced.first_look()
+    lost = paced is not None and _lost_tilted(expected, faces)
     # a face the last sweep found at a turn is looked for there even when the upright pass
     # found faces: a face lying on its side can show the detector a small false face upright
     # (its nose and eyes), which then stood in for it (a new user's trial: a mini-face pasted
     # on the nose of a phone clip stored turned clockwise, exit 0); and a sideways person
     # beside an upright one was swapped only on the frames that happened to sweep
-    if not (first or (paced is not None and paced.turns)) and (
+    if not (first or lost or (paced is not None and paced.turns)) and (
             looked_right or
             (paced is not None and not faces and paced.skip(index))):
         if paced is not None:
@@ -357,6 +362,22 @@ def _upright_stand(kept: list[tuple[Face, float]], upright: Sequence[Face]
             pairs = [(u, roll_degrees(u)) for u in same]
         out += [(f, r) for f, r in pairs if not any(f is g for g, _ in out)]
     return out
+
+
+LOST_ROLL = 25.0
+"""Degrees of roll (from the face's landmarks) past which a face the upright pass misses may be
+lost to its tilt (near the detectors' reliable roll, :data:`RELIABLE_ROLL`) rather than to a
+hand or the frame's edge: the frame then sweeps the turns."""
+
+
+def _lost_tilted(expected: Sequence[Face], upright: Sequence[Face]) -> bool:
+    """Whether a face of ``expected`` found upright and tilted past :data:`LOST_ROLL` is missing
+    from ``upright``. The detector loses such a face for frames at a time, where a turn sees it
+    upright (a new user's trial: two of six faces of a group shot tilted 35 degrees went
+    unswapped for up to 9 frames, exit 0, while the frames' other faces looked right)."""
+    return any(f.angle == 0 and abs(roll_degrees(f)) > LOST_ROLL and
+               not any(overlap(f.bbox, g.bbox) >= OVERLAP for g in upright)
+               for f in expected)
 
 
 def _steady(face: Face, roll: float) -> bool:
@@ -436,7 +457,8 @@ def _done(kept: list[tuple[Face, float]], misfits: list[SkippedFace],
     return faces
 
 
-__all__ = ["ANGLES", "IDLE_FRAMES", "LONG_IDLE_FRAMES", "LONG_PACE", "OVERLAP", "QUARTER_TURNS",
+__all__ = ["ANGLES", "IDLE_FRAMES", "LONG_IDLE_FRAMES", "LONG_PACE", "LOST_ROLL", "OVERLAP",
+           "QUARTER_TURNS",
            "RELIABLE_ROLL", "ROLLED_DEGREES", "SCORE_KEPT", "SWEEP_EVERY",
            "RotationMode", "SweepPacer", "detect_rotated", "needs_sweep", "roll_degrees",
            "rotate_frame", "turn_affine", "unrotate_face", "unrotate_points"]

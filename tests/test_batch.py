@@ -461,8 +461,8 @@ def test_an_output_made_with_another_face_photo_is_made_again(tmp_path: Path,
                                         job=first).results] == ["skipped"]
     remade = run_batch(opts, marking_engine, quiet=True, job=again)
     assert [r.status for r in remade.results] == ["done"]
-    assert f"1 output made with other settings ({JOB_PARTS['photos']} changed since), made " \
-        f"again: '{out / 'pic.jpg'}'" in "\n".join(remade.lines())
+    assert f"1 output made with other settings ({JOB_PARTS['photos']} changed since), " \
+        f"processed again: '{out / 'pic.jpg'}'" in "\n".join(remade.lines())
     assert [r.status for r in run_batch(opts, marking_engine, quiet=True,
                                         job=again).results] == ["skipped"]
     # a photo has no video options, no chunks, and no settings across frames (a new user's
@@ -1500,8 +1500,10 @@ def test_a_rerun_skips_an_input_that_failed_for_its_own_reason_until_something_c
         return ({r.item.input.name: r.status for r in summary.results},
                 _DarkIsFaceless.frames, summary.lines())
 
-    status, frames, _ = batch("k1")
+    status, frames, text = batch("k1")
     assert status == {"brb.mp4": "failed", "talk.mp4": "done"} and frames == 150
+    # whole or in chunks, the line says why, as `run` does (a new user's trial)
+    assert any("; no face was found; no output was kept" in ln for ln in text), text
     status, frames, text = batch("k1")
     assert status == {"brb.mp4": "failed", "talk.mp4": "skipped"} and frames == 0
     line = next(ln for ln in text if ln.startswith(f"failed: {brb}"))
@@ -1535,7 +1537,9 @@ def test_a_failure_on_a_changed_input_is_not_passed_as_done_by_the_output_before
     assert batch()[0] == "done"
     cv2.imwrite(str(photo), np.zeros((64, 64, 3), np.uint8))
     os.utime(photo, ns=(photo.stat().st_atime_ns, photo.stat().st_mtime_ns + 10**9))
-    assert batch()[0] == "failed"
+    status, message = batch()
+    assert status == "failed" and "is an earlier run's, from the input as it was then" in \
+        message, message
     status, message = batch()
     assert status == "failed" and "an earlier run's result" in message, message
     assert "is from an earlier run" in message, message

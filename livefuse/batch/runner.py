@@ -433,8 +433,12 @@ class _Collector:
                 return
             if sum(r.faces_swapped for r in parts) == 0:
                 frames = sum(r.frames for r in parts)
+                found = sum(r.faces_found for r in parts)
+                # as `run` says it (a new user's trial: the chunked batch left the why out)
+                why = "no face was found" if not found else \
+                    f"{found} face{'s were' if found > 1 else ' was'} found, none swapped"
                 self._finish(item, False, f"no face was swapped in any of the {frames} frames "
-                             f"of '{item.input}'; no output was kept", 0, None, "",
+                             f"of '{item.input}'; {why}; no output was kept", 0, None, "",
                              lasting=True)
                 return
             joined = join_chunks(item.input, written, item.output)
@@ -498,6 +502,11 @@ class _Collector:
             # only of the input as it was read: a recording finished meanwhile is tried again
             made_from.record(self.output_dir, item.output, item.input, self.job,
                              failed=message)
+        if not ok and item.output.exists():
+            # a new user's trial: a photo replaced by one with no face failed, and the old
+            # photo's swap stayed in the folder unsaid
+            message += (f"; '{item.output}' there is an earlier run's, from the input as it "
+                        "was then, left as it was")
         self.results.append(ItemResult(item, "done" if ok else "failed", message, frames,
                                        incomplete, worker))
         self.progress.item(ok)
@@ -600,7 +609,7 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
             (f" and {n_remade - 3} more" if n_remade > 3 else "")
         summary.notes.append(
             f"{n_remade} output{'s' if n_remade > 1 else ''} made with other settings "
-            f"({' and '.join(what)} changed since), made again: {names}")
+            f"({' and '.join(what)} changed since), processed again: {names}")
     if plan.not_media:
         others = len(plan.not_media)
         shown = ", ".join(f"'{f.name}'" for f in plan.not_media[:3]) + \
@@ -612,8 +621,9 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
                              f"({media_types()})")
     if not plan.items:
         if plan.skipped:
-            summary.notes.append("every output exists already (--overwrite processes them "
-                                 "again)")
+            every = "the other inputs' outputs exist" if plan.problems or plan.failed_before \
+                else "every output exists"
+            summary.notes.append(f"{every} already (--overwrite processes them again)")
         elif not plan.problems and not plan.failed_before:
             # with failures, those listed say why nothing ran
             summary.notes.append("nothing to do")

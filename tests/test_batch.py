@@ -474,6 +474,12 @@ def test_an_output_made_with_another_face_photo_is_made_again(tmp_path: Path,
         same = job_key(EngineSpec(config, other_photo), video, chunks)
         assert [r.status for r in run_batch(opts, marking_engine, quiet=True,
                                             job=same).results] == ["skipped"]
+    # a setting that does decide a photo's pixels still makes it again
+    blended = job_key(EngineSpec(EngineConfig(blend="seamless"), other_photo), VideoOptions())
+    assert [r.status for r in run_batch(opts, marking_engine, quiet=True,
+                                        job=blended).results] == ["done"]
+    assert [r.status for r in run_batch(opts, marking_engine, quiet=True,
+                                        job=again).results] == ["done"]
     # the season's folder renamed since, then another face photo: made again (the review)
     moved = tmp_path / "moved"
     src.parent.rename(moved)
@@ -1538,11 +1544,14 @@ def test_a_failure_on_a_changed_input_is_not_passed_as_done_by_the_output_before
     cv2.imwrite(str(photo), np.zeros((64, 64, 3), np.uint8))
     os.utime(photo, ns=(photo.stat().st_atime_ns, photo.stat().st_mtime_ns + 10**9))
     status, message = batch()
-    assert status == "failed" and "is an earlier run's, from the input as it was then" in \
-        message, message
+    assert status == "failed" and "the file already at" in message, message
     status, message = batch()
     assert status == "failed" and "an earlier run's result" in message, message
     assert "is from an earlier run" in message, message
+    # a review: with another setting the failure was not "the same job", and the old photo's
+    # swap was skipped as done, exit 0: a failure recorded since the file was made runs again
+    summary = run_batch(_opts(folder, out), _DarkIsFaceless, quiet=True, job="k2")
+    assert [r.status for r in summary.results] == ["failed"]
     # the record's failure is no output: a walk of the folder does not take the path as one
     from livefuse.batch.made_from import outputs
     assert outputs(out) == {"a.png"}
@@ -1610,3 +1619,38 @@ def test_a_hole_after_a_damaged_start_is_placed_as_run_places_it(
     steps = [(b - a, a) for a, b in itertools.pairwise(times)]
     said = int(found.group(1)) * 60 + float(found.group(2))
     assert said == pytest.approx(max(steps)[1], abs=0.01), (said, max(steps))
+
+
+def test_a_failure_recorded_under_an_older_key_still_holds_part_by_part(
+        tmp_path: Path) -> None:
+    """A review: failures were matched on the whole job key, so a key that gained a part in
+    an upgrade ("still") decoded every recorded failure again. They are matched part by part
+    on the settings that decide the pixels (a photo's: not --detect-every); another such
+    setting tries again."""
+    import cv2
+    import numpy as np
+
+    from livefuse.batch.worker import job_key
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    photo = folder / "dark.png"
+    cv2.imwrite(str(photo), np.zeros((64, 64, 3), np.uint8))
+    out = tmp_path / "out"
+
+    def key(config: EngineConfig) -> str:
+        return job_key(EngineSpec(config, photo), VideoOptions())
+
+    def frames(job: str) -> int:
+        _DarkIsFaceless.frames = 0
+        summary = run_batch(_opts(folder, out), _DarkIsFaceless, quiet=True, job=job)
+        assert [r.status for r in summary.results] == ["failed"]
+        return _DarkIsFaceless.frames
+
+    assert frames(key(EngineConfig())) == 1
+    assert frames(key(EngineConfig(detect_every=2))) == 0  # not a photo's setting
+    record = out / RECORD
+    older = ";".join(p for p in key(EngineConfig()).split(";") if not p.startswith("still="))
+    record.write_text(record.read_text().replace(key(EngineConfig()), older))
+    assert frames(key(EngineConfig())) == 0  # the upgrade's new part is not a change
+    assert frames(key(EngineConfig(blend="seamless"))) == 1  # a photo's: tried again

@@ -118,25 +118,48 @@ def _same_input(entry: dict[str, Any], source: Path) -> bool:
         (source.name, st.st_size, st.st_mtime_ns)
 
 
+def last_failed(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path) -> bool:
+    """Whether the last entry recorded for ``output`` is a failure's: whatever file is there is
+    not the output of the input as it was then, and a plan does not skip the item for it (a
+    review: a photo replaced by one with no face failed, then a rerun with another setting
+    passed the old photo's swap as done, exit 0)."""
+    try:
+        rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
+    except ValueError:
+        return False
+    entry = record_of.get(rel)
+    return entry is not None and isinstance(entry.get("failed"), str)
+
+
 def failed_before(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path,
-                  source: Path, job: str | None) -> str | None:
+                  source: Path, job: str | None, video: bool = True) -> str | None:
     """The message of a failure an earlier run recorded for ``output`` from ``source`` as it is
-    now (path, size and modification time) under this very ``job`` key, else ``None``. Only
-    the input's own failures are recorded (no face swapped: the same input and settings fail
-    the same way), so a rerun of a season skips them instead of decoding an hour of a BRB
-    screen again (a new user's trial); another setting, a changed file or ``--overwrite``
-    tries again. A later success's entry, appended after, replaces the failure's."""
+    now (path, size and modification time) under the same livefuse version and the same
+    settings of ``job`` that decide the pixels (:data:`PIXEL_PARTS`; a photo's, for a photo
+    that is not a ``video``), else ``None``. Only the input's own failures are recorded (no
+    face swapped: the same input and settings fail the same way), so a rerun of a season skips
+    them instead of decoding an hour of a BRB screen again (a new user's trial); another
+    setting, a changed file or ``--overwrite`` tries again. A later success's entry, appended
+    after, replaces the failure's."""
+    from livefuse.batch.worker import job_changes, photo_parts
     try:
         rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
         st = source.stat()
     except (OSError, ValueError):
         return None
     entry = record_of.get(rel)
-    if job is None or entry is None or entry.get("job") != job or \
+    if job is None or entry is None or not isinstance(entry.get("job"), str) or \
             not isinstance(entry.get("failed"), str):
         return None
     if entry.get("input") != str(source.resolve()) or \
             (entry.get("size"), entry.get("mtime_ns")) != (st.st_size, st.st_mtime_ns):
+        return None
+    before = entry["job"]
+    # part by part: a key that gained a part since (an upgrade) still matches on the others;
+    # a key not of that form matches only itself
+    parts = (*(PIXEL_PARTS if video else photo_parts(before, job)), "version")
+    if before != job and ("version=" not in before or "version=" not in job or
+                          job_changes(before, job, parts)):
         return None
     return str(entry["failed"])
 
@@ -187,5 +210,5 @@ def made_otherwise(record_of: dict[str, dict[str, Any]], output_dir: Path, outpu
                        PIXEL_PARTS if video else photo_parts(entry["job"], job))
 
 
-__all__ = ["PIXEL_PARTS", "RECORD", "changed_input", "failed_before", "made_otherwise",
-           "other_input", "outputs", "record", "recorded"]
+__all__ = ["PIXEL_PARTS", "RECORD", "changed_input", "failed_before", "last_failed",
+           "made_otherwise", "other_input", "outputs", "record", "recorded"]

@@ -32,6 +32,7 @@ from livefuse.batch.made_from import (
     RECORD,
     changed_input,
     failed_before,
+    last_failed,
     made_otherwise,
     other_input,
     recorded,
@@ -452,11 +453,15 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
         otherwise = made_otherwise(made_from, output_dir, out, path, job, kind == "video")
         # an output there is an earlier one's, from the input before it changed: the item
         # failed on the input as it is now (a review: it passed as done, exit 0)
-        failed = None if overwrite else failed_before(made_from, output_dir, out, path, job)
+        failed = None if overwrite else failed_before(made_from, output_dir, out, path, job,
+                                                      kind == "video")
+        # a failure recorded since whatever file is there was made: that file is not this
+        # input's output as it is (the settings changed since the failure: tried again)
+        stale = last_failed(made_from, output_dir, out)
         if failed is not None:
             plan.failed_before[item] = failed
         elif overwrite or not _finished_output(out) or (earlier is not None and earlier[1]) \
-                or changed or otherwise:
+                or changed or otherwise or stale:
             # a cut input replaced since (the whole download, the finished recording): its
             # kept output is made again
             try:

@@ -344,6 +344,13 @@ def _clean_chunks(items: Sequence[Item]) -> None:
             parent.rmdir()
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def _stamp(path: Path) -> dict[str, int] | None:
     try:
         return input_stamp(path)
@@ -433,10 +440,10 @@ class _Collector:
                 return
             if sum(r.faces_swapped for r in parts) == 0:
                 frames = sum(r.frames for r in parts)
-                found = sum(r.faces_found for r in parts)
                 # as `run` says it (a new user's trial: the chunked batch left the why out)
-                why = "no face was found" if not found else \
-                    f"{found} face{'s were' if found > 1 else ' was'} found, none swapped"
+                skipped = list(dict.fromkeys(line for r in parts for line in r.skipped))
+                why = f"the faces found: {'; '.join(skipped[:3])}" if skipped else \
+                    "no face was found"
                 self._finish(item, False, f"no face was swapped in any of the {frames} frames "
                              f"of '{item.input}'; {why}; no output was kept", 0, None, "",
                              lasting=True)
@@ -502,11 +509,10 @@ class _Collector:
             # only of the input as it was read: a recording finished meanwhile is tried again
             made_from.record(self.output_dir, item.output, item.input, self.job,
                              failed=message)
-        if not ok and item.output.exists():
+        if not ok and _size(item.output) > 0:
             # a new user's trial: a photo replaced by one with no face failed, and the old
             # photo's swap stayed in the folder unsaid
-            message += (f"; '{item.output}' there is an earlier run's, from the input as it "
-                        "was then, left as it was")
+            message += f"; the file already at '{item.output}' is left as it was"
         self.results.append(ItemResult(item, "done" if ok else "failed", message, frames,
                                        incomplete, worker))
         self.progress.item(ok)

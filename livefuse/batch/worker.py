@@ -225,6 +225,7 @@ class UnitResult:
         input_notes: those on the target's content (:attr:`livefuse.run.RunSummary.input_notes`).
         engine_notes: on a worker's first unit, what its engine said about the source and
             reference photos (``source: ...``), as ``run`` prints them.
+        skipped: why the faces found were not swapped (:attr:`livefuse.run.RunSummary.skipped`).
         lasting: the failure is the input's own under these settings (no face was swapped),
             not the machine's: a rerun of the same job on the same input skips the item
             (:func:`livefuse.batch.made_from.failed_before`).
@@ -244,6 +245,7 @@ class UnitResult:
     notes: tuple[str, ...] = ()
     input_notes: tuple[str, ...] = ()
     lasting: bool = False
+    skipped: tuple[str, ...] = ()
     engine_notes: tuple[str, ...] = ()
 
 
@@ -464,6 +466,7 @@ class BatchWorker:
         result.ok = True
         result.frames = summary.frames
         result.faces_found, result.faces_swapped = summary.faces_found, summary.faces_swapped
+        result.skipped = summary.skipped
         result.notes, result.input_notes = summary.notes, summary.input_notes
 
 

@@ -36,10 +36,11 @@ from livefuse.types import Affine, Face, FloatArray, SkippedFace, StagedFrame
 
 RotationMode = Literal["off", "auto", "always"]
 """``off``: upright only; ``auto``: the turned frames when no face is found upright, when a face
-found upright is itself rolled past :data:`ROLLED_DEGREES` (the scene may be turned), and always
-for a still image; in a video, the turns where a sweep found faces are then tried on the next
-frames too, the others on every :data:`SWEEP_EVERY`-th (:class:`SweepPacer`); ``always``: every
-turn at every detection (8x the detector's cost)."""
+found upright is itself rolled past :data:`ROLLED_DEGREES` (the scene may be turned), when one
+tilted past :data:`LOST_ROLL` on the frame before is missed, on a stream's first frame, and
+always for a still image; in a video, the turns where a sweep found faces are then tried on the
+next frames too, the others on every :data:`SWEEP_EVERY`-th (:class:`SweepPacer`); ``always``:
+every turn at every detection (8x the detector's cost)."""
 ANGLES = (45, 315, 90, 270, 135, 225, 180)
 """The turns tried (degrees clockwise), nearest upright first."""
 QUARTER_TURNS = (90, 180, 270)
@@ -286,9 +287,9 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
             each turned one continues a face of the last full sweep (:func:`_continues`), the
             other turns are not tried (except on :meth:`~SweepPacer.full_sweep` frames).
         index: the frame's index in the video (for ``pacer``).
-        expected: the faces the stream's previous frame swapped (the tracker's): with a
+        expected: the target faces of the stream's previous frame (the tracker's): with a
             ``pacer``, a frame whose upright pass misses one of them that was tilted past
-            :data:`LOST_ROLL` sweeps the turns (:func:`_lost_tilted`).
+            :data:`LOST_ROLL` sweeps every turn (:func:`_lost_tilted`).
 
     Returns:
         Faces in ``frame`` coordinates, left to right.
@@ -321,7 +322,8 @@ def detect_rotated(detect: Callable[[AnyFrame], list[Face]], frame: AnyFrame,
         return (_upright_stand(kept, faces) if looked_right else kept), misfits
 
     turns = list(ANGLES)
-    if paced is not None and not paced.full_sweep(index):
+    # a face lost to its tilt may lie at any turn, not only the remembered ones
+    if paced is not None and not lost and not paced.full_sweep(index):
         for angle in paced.turns:
             look(angle)
             turns.remove(angle)

@@ -1510,6 +1510,10 @@ def test_a_rerun_skips_an_input_that_failed_for_its_own_reason_until_something_c
     assert status == {"brb.mp4": "failed", "talk.mp4": "done"} and frames == 150
     # whole or in chunks, the line says why, as `run` does (a new user's trial)
     assert any("; no face was found; no output was kept" in ln for ln in text), text
+    # the rate counts the failed item's frames, whose time it counts (a new user's trial)
+    assert any(ln.startswith("frames:   60 in ") and
+               "over the 150 processed, 90 of them in items that failed;" in ln
+               for ln in text), text
     status, frames, text = batch("k1")
     assert status == {"brb.mp4": "failed", "talk.mp4": "skipped"} and frames == 0
     line = next(ln for ln in text if ln.startswith(f"failed: {brb}"))

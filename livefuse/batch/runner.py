@@ -109,6 +109,9 @@ class BatchSummary:
     notes: list[str] = field(default_factory=list)
     reused_frames: int = 0
     """Frames of done items that came from chunks an earlier, interrupted run finished."""
+    failed_frames: int = 0
+    """Frames this run processed for items that then failed (a video with no face): in the
+    time, so in the rate too (a new user's trial read 16.0 fps where 19.2 ran)."""
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -130,14 +133,19 @@ class BatchSummary:
     def lines(self) -> list[str]:
         done, skipped = self.count("done"), self.count("skipped")
         total = len(self.results) + len(self.problems)
-        processed = self.frames - self.reused_frames
+        processed = self.frames - self.reused_frames + self.failed_frames
         fps = processed / self.seconds if self.seconds > 0 else 0.0
         out = [f"items:    {total}: {done} done, {skipped} skipped (output exists), "
                f"{self.failed} failed"]
-        if self.reused_frames:  # the rate is of the frames this run processed, not the reused
-            out.append(f"frames:   {self.frames} ({self.reused_frames} of them in chunks an "
-                       f"earlier run finished) in {self.seconds:.1f} s ({fps:.1f} fps over the "
-                       f"{processed} processed; worker start-up {self.startup_s:.1f} s of it)")
+        failed = f", {self.failed_frames} of them in items that failed" \
+            if self.failed_frames else ""
+        if self.reused_frames or self.failed_frames:
+            # the rate is of the frames this run processed: not the reused, and the failed too
+            reused = f" ({self.reused_frames} of them in chunks an earlier run finished)" \
+                if self.reused_frames else ""
+            out.append(f"frames:   {self.frames}{reused} in {self.seconds:.1f} s ({fps:.1f} fps "
+                       f"over the {processed} processed{failed}; worker start-up "
+                       f"{self.startup_s:.1f} s of it)")
         elif self.frames:  # nothing was processed: no rate to give
             out.append(f"frames:   {self.frames} in {self.seconds:.1f} s ({fps:.1f} fps; worker "
                        f"start-up {self.startup_s:.1f} s of it)")
@@ -370,6 +378,7 @@ class _Collector:
         for u in units:
             self.expected[u.item] = u.chunks
         self.chunks: dict[Item, list[UnitResult]] = {}
+        self.processed: dict[Item, int] = {}  # frames each item's units ran through the engine
         self.results: list[ItemResult] = []
         self.finished: set[Item] = set()
         self.engine_notes: list[str] = []  # every worker's engine says the same: once each
@@ -383,6 +392,8 @@ class _Collector:
 
     def __call__(self, res: UnitResult) -> None:
         item = res.unit.item
+        if res.worker != EARLIER_RUN:
+            self.processed[item] = self.processed.get(item, 0) + res.processed
         for note in res.engine_notes:
             if note not in self.engine_notes:
                 self.engine_notes.append(note)
@@ -712,6 +723,8 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
     joined = {r.item for r in collector.results if r.status == "done"}
     summary.reused_frames = sum(kept[u.item].done[u.chunk].frames for u in earlier
                                 if u.item in joined)
+    summary.failed_frames = sum(collector.processed.get(r.item, 0) for r in collector.results
+                                if r.status == "failed")
     summary.notes = (collector.engine_notes + summary.notes + collector.video_notes
                      + collector.item_notes)
     order = {i.input: k for k, i in enumerate([*plan.items, *plan.skipped])}

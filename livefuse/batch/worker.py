@@ -226,6 +226,8 @@ class UnitResult:
         engine_notes: on a worker's first unit, what its engine said about the source and
             reference photos (``source: ...``), as ``run`` prints them.
         skipped: why the faces found were not swapped (:attr:`livefuse.run.RunSummary.skipped`).
+        processed: frames this unit ran through the engine, failed or not (a video with no face
+            is decoded and searched in full before it fails).
         lasting: the failure is the input's own under these settings (no face was swapped),
             not the machine's: a rerun of the same job on the same input skips the item
             (:func:`livefuse.batch.made_from.failed_before`).
@@ -246,6 +248,7 @@ class UnitResult:
     input_notes: tuple[str, ...] = ()
     lasting: bool = False
     skipped: tuple[str, ...] = ()
+    processed: int = 0
     engine_notes: tuple[str, ...] = ()
 
 
@@ -408,6 +411,7 @@ class BatchWorker:
         """
         t0 = time.perf_counter()
         result = UnitResult(unit, ok=False, worker=self.info.name)
+        before = self._frames
         try:
             self._run(unit, result)
         except (Cancelled, KeyboardInterrupt):
@@ -429,6 +433,7 @@ class BatchWorker:
                 tuple(f"source: {n}" for n in self._engine.source_notes)
                 + tuple(f"reference: {n}" for n in self._engine.reference_notes))
         result.seconds = time.perf_counter() - t0
+        result.processed = self._frames - before
         self._stats.units += 1
         self._stats.busy_s += result.seconds
         self._stats.frames += result.frames

@@ -90,15 +90,22 @@ def _all_entries(output_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-def other_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path,
-                source: Path) -> str | None:
-    """The input ``output`` was recorded from when that is not ``source``, else ``None`` (the
-    same input, or no record)."""
+def _entry_of(record_of: dict[str, dict[str, Any]], output_dir: Path,
+              output: Path) -> dict[str, Any] | None:
+    """The last entry recorded for ``output``; ``None`` when there is none or it lies outside
+    ``output_dir``."""
     try:
         rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
     except ValueError:
         return None
-    entry = record_of.get(rel)
+    return record_of.get(rel)
+
+
+def other_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path,
+                source: Path) -> str | None:
+    """The input ``output`` was recorded from when that is not ``source``, else ``None`` (the
+    same input, or no record)."""
+    entry = _entry_of(record_of, output_dir, output)
     if entry is None or _same_input(entry, source):
         return None
     return str(entry.get("input") or "another input")
@@ -123,11 +130,7 @@ def last_failed(record_of: dict[str, dict[str, Any]], output_dir: Path, output: 
     not the output of the input as it was then, and a plan does not skip the item for it (a
     review: a photo replaced by one with no face failed, then a rerun with another setting
     passed the old photo's swap as done, exit 0)."""
-    try:
-        rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
-    except ValueError:
-        return False
-    entry = record_of.get(rel)
+    entry = _entry_of(record_of, output_dir, output)
     return entry is not None and isinstance(entry.get("failed"), str)
 
 
@@ -142,12 +145,12 @@ def failed_before(record_of: dict[str, dict[str, Any]], output_dir: Path, output
     setting, a changed file or ``--overwrite`` tries again. A later success's entry, appended
     after, replaces the failure's."""
     from livefuse.batch.worker import job_changes, photo_parts
+
+    entry = _entry_of(record_of, output_dir, output)
     try:
-        rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
         st = source.stat()
-    except (OSError, ValueError):
+    except OSError:
         return None
-    entry = record_of.get(rel)
     if job is None or entry is None or not isinstance(entry.get("job"), str) or \
             not isinstance(entry.get("failed"), str):
         return None
@@ -170,12 +173,11 @@ def changed_input(record_of: dict[str, dict[str, Any]], output_dir: Path, output
     changed (another size or modification time): its output shows the old picture, and a
     rerun makes it again instead of passing it as done (a new user's trial: a photo replaced
     in the input folder kept its old output, exit 0). No record: ``False``."""
+    entry = _entry_of(record_of, output_dir, output)
     try:
-        rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
         st = source.stat()
-    except (OSError, ValueError):
+    except OSError:
         return False
-    entry = record_of.get(rel)
     if entry is None or entry.get("input") != str(source.resolve()):
         return False
     return (entry.get("size"), entry.get("mtime_ns")) != (st.st_size, st.st_mtime_ns)
@@ -198,11 +200,7 @@ def made_otherwise(record_of: dict[str, dict[str, Any]], output_dir: Path, outpu
     new user's trial)."""
     from livefuse.batch.worker import job_changes, photo_parts
 
-    try:
-        rel = output.absolute().relative_to(output_dir.absolute()).as_posix()
-    except ValueError:
-        return []
-    entry = record_of.get(rel)
+    entry = _entry_of(record_of, output_dir, output)
     if job is None or entry is None or not isinstance(entry.get("job"), str) or \
             not _same_input(entry, source):
         return []

@@ -19,7 +19,7 @@ import pytest
 from clips import ntsc_clip
 
 from livefuse.batch.dispatch import Dispatcher, GpuKey, WorkerLost
-from livefuse.batch.made_from import RECORD
+from livefuse.batch.made_from import RECORD, record
 from livefuse.batch.plan import CHUNK_DIR, Item, Unit, expand, most_units, plan_items
 from livefuse.batch.runner import BatchOptions, run_batch
 from livefuse.batch.worker import EngineSpec, UnitResult, WorkerStats
@@ -36,6 +36,13 @@ def _touch(path: Path, data: bytes = b"x") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return path
+
+
+def _made(output_dir: Path, rel: str, source: Path) -> Path:
+    """An output an earlier batch made from ``source``: the file, and its line in the record."""
+    out = _touch(output_dir / rel)
+    record(output_dir, out, source)
+    return out
 
 
 # ------------------------------------------------------------------------------------ planner
@@ -87,7 +94,7 @@ def test_outputs_mirror_names_and_resume_skips_existing(tmp_path: Path) -> None:
     _touch(src / "deep" / "y.png")
     _touch(src / "clip.webm")  # planned by its name; probed later
     out = tmp_path / "out"
-    _touch(out / "x.jpg")  # done in an earlier run
+    _made(out, "x.jpg", src / "x.jpg")  # done in an earlier run
     plan = plan_items([str(src)], out, recursive=True)
     assert [i.output.relative_to(out).as_posix() for i in plan.items] == \
         ["clip.mkv", "deep/y.png"]  # .webm is written as .mkv
@@ -98,7 +105,7 @@ def test_outputs_mirror_names_and_resume_skips_existing(tmp_path: Path) -> None:
 
 def test_an_output_folder_inside_an_input_folder_is_not_read_as_input(tmp_path: Path) -> None:
     _touch(tmp_path / "in" / "x.jpg")
-    _touch(tmp_path / "in" / "out" / "x.jpg")  # an earlier run's output
+    _made(tmp_path / "in" / "out", "x.jpg", tmp_path / "in" / "x.jpg")  # an earlier run's
     plan = plan_items([str(tmp_path / "in")], tmp_path / "in" / "out", recursive=True)
     assert [i.input.name for i in plan.skipped] == ["x.jpg"] and plan.items == []
     assert plan.skipped[0].input == tmp_path / "in" / "x.jpg" and plan.left_out == 1
@@ -108,6 +115,38 @@ def test_an_output_folder_inside_an_input_folder_is_not_read_as_input(tmp_path: 
     # without --recursive the output folder is neither walked nor a hint about subfolders
     flat = plan_items([str(tmp_path / "in")], tmp_path / "in" / "out")
     assert flat.left_out == 0 and flat.below == []
+
+
+def test_a_file_no_batch_made_is_neither_done_nor_left_out_nor_replaced(tmp_path: Path) -> None:
+    """A new user's trial: files of the user's own in an output folder inside the walked input
+    folder were left out as outputs and the inputs of their names skipped as done (exit 0),
+    then --overwrite replaced the user's originals; a file of that name in any output folder
+    was skipped as done."""
+    src = tmp_path / "sea"
+    _touch(src / "x.jpg")
+    _touch(src / "sub" / "x.jpg", b"the user's own")
+    for overwrite in (False, True):
+        with pytest.raises(LivefuseError, match="is also an input of this batch"):
+            plan_items([str(src)], src / "sub", recursive=True, overwrite=overwrite)
+    assert (src / "sub" / "x.jpg").read_bytes() == b"the user's own"
+    # not walked into: the file of that name is no batch's output, so not done
+    plan = plan_items([str(src / "x.jpg")], src / "sub")
+    assert plan.skipped == [] and plan.items == []
+    assert "no batch into this folder recorded making it" in plan.problems[0][1]
+    again = plan_items([str(src / "x.jpg")], src / "sub", overwrite=True)
+    assert [i.output for i in again.items] == [src / "sub" / "x.jpg"]
+
+
+def test_an_output_cut_or_edited_since_its_batch_is_not_done(tmp_path: Path) -> None:
+    src = _touch(tmp_path / "in" / "x.jpg")
+    out = _made(tmp_path / "out", "x.jpg", src)
+    assert [i.output for i in plan_items([str(src)], tmp_path / "out").skipped] == [out]
+    out.write_bytes(b"xx")  # another size than the record's
+    plan = plan_items([str(src)], tmp_path / "out")
+    assert plan.skipped == [] and plan.items == []
+    assert "changed since a batch made it (1 bytes then, 2 now" in plan.problems[0][1]
+    assert [i.output for i in plan_items([str(src)], tmp_path / "out", overwrite=True).items] \
+        == [out]
 
 
 def test_inputs_inside_the_output_folder_are_inputs(tmp_path: Path) -> None:

@@ -11,13 +11,16 @@ only that line lost), and an output recorded from another input is a failure of 
 skip. An output recorded from its input as it was before it changed is made again.
 
 An input is the same when its resolved path is, or when its name, size and modification time
-are (the season's folder moved or renamed since). An output with no record (made by an older
-version, or copied in) is taken as done, as before. An output recorded from its input under
-another face photo or other settings (:func:`made_otherwise`) is made again.
+are (the season's folder moved or renamed since). A file at an output's path that the record
+does not list as made there (:func:`made_here`: the user's own file of that name, a copy) is a
+failure of the item, left as it is, not a skip; so is a recorded output whose size changed since
+(:func:`output_changed`). An output recorded from its input under another face photo or other
+settings (:func:`made_otherwise`) is made again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,9 @@ def record(output_dir: Path, output: Path, source: Path, job: str | None = None,
         entry["job"] = job
     if failed is not None:
         entry["failed"] = failed
+    else:  # what :func:`output_changed` compares with
+        with contextlib.suppress(OSError):
+            entry["output_size"] = output.stat().st_size
     line = json.dumps(entry, ensure_ascii=False) + "\n"
     try:
         with open(output_dir / RECORD, "a", encoding="utf-8") as fh:
@@ -123,6 +129,32 @@ def _same_input(entry: dict[str, Any], source: Path) -> bool:
         return True
     return (entry.get("name"), entry.get("size"), entry.get("mtime_ns")) == \
         (source.name, st.st_size, st.st_mtime_ns)
+
+
+def made_here(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path) -> bool:
+    """Whether the record says a batch made ``output``: its last entry is not a failure's. A
+    file there with no such entry is no batch's (the user's own file of that name, a copy, a
+    ``run`` output): a new user's trial had one skipped as done, exit 0, and with the output
+    folder inside a walked input folder, ``--overwrite`` then replaced the user's originals
+    there."""
+    entry = _entry_of(record_of, output_dir, output)
+    return entry is not None and "failed" not in entry
+
+
+def output_changed(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path
+                   ) -> tuple[int, int] | None:
+    """``(bytes when made, bytes now)`` when ``output`` is no longer the size its batch
+    recorded making it (cut by a full disk or a copy, or edited since); ``None`` when it is,
+    or when its entry is older than the output sizes in the record."""
+    entry = _entry_of(record_of, output_dir, output)
+    made = entry.get("output_size") if entry is not None else None
+    try:
+        now = output.stat().st_size
+    except OSError:
+        return None
+    if not isinstance(made, int) or made == now:
+        return None
+    return made, now
 
 
 def last_failed(record_of: dict[str, dict[str, Any]], output_dir: Path, output: Path) -> bool:

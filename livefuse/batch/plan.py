@@ -33,8 +33,10 @@ from livefuse.batch.made_from import (
     changed_input,
     failed_before,
     last_failed,
+    made_here,
     made_otherwise,
     other_input,
+    output_changed,
     recorded,
 )
 from livefuse.batch.made_from import outputs as made_outputs
@@ -329,7 +331,12 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
         nonlocal left_out
         root = _walk_root(raw)
         if out_root is not None and root != out_root and root in out_root.parents:
-            kept = [f for f in files if out_root not in f.resolve().parents]
+            # only what a batch recorded making there: a file of the user's own in that
+            # folder is an input (taken as output, it was skipped as done, exit 0, and
+            # --overwrite replaced it: a new user's trial)
+            made = made_outputs(out_root)
+            kept = [f for f in files if out_root not in f.resolve().parents
+                    or f.resolve().relative_to(out_root).as_posix() not in made]
             left_out += len(files) - len(kept)
             files = kept
         kept = []
@@ -439,9 +446,14 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
             raise LivefuseError(f"'{path}' and '{seen[key]}' would both be written to '{out}'; "
                                 "give them in separate batches or rename one")
         seen[key] = path
-        if key in inputs_resolved:
+        if key == path.resolve():
             raise LivefuseError(f"output '{out}' is the input '{path}' itself (is --output-dir "
                                 "an input folder?); inputs are never overwritten")
+        if key in inputs_resolved:
+            raise LivefuseError(f"the output of '{path}', '{out}', is also an input of this "
+                                "batch (a file in the output folder that no batch recorded "
+                                "making); inputs are never overwritten: give another "
+                                "--output-dir")
         check_output_path(out, {"target": path, **(other_inputs or {})}, replacing=False)
         kind: ItemKind = "image" if is_image_path(path) else "video"
         frames, seconds = 1, 0.0
@@ -480,6 +492,18 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
                 plan.problems.append((str(path), f"'{out}' holds the output of '{other}' (an "
                                       "earlier batch into this folder), not of this input; "
                                       "--overwrite replaces it, or give another --output-dir"))
+                continue
+            if not made_here(made_from, output_dir, out):
+                plan.problems.append((str(path), f"'{out}' is there already, and no batch "
+                                      "into this folder recorded making it (a file of that "
+                                      "name, not this input's output?); left as it is: "
+                                      "--overwrite replaces it, or give another --output-dir"))
+                continue
+            sizes = output_changed(made_from, output_dir, out)
+            if sizes is not None:  # cut by a full disk or a copy, or edited: not done
+                plan.problems.append((str(path), f"'{out}' changed since a batch made it "
+                                      f"({sizes[0]} bytes then, {sizes[1]} now: cut short or "
+                                      "edited?); left as it is: --overwrite makes it again"))
                 continue
             plan.skipped.append(item)
             if earlier is not None:

@@ -67,13 +67,20 @@ def _workers_without_gpu(args: argparse.Namespace) -> bool:
     return not torch.cuda.is_available()
 
 
+def _folder(text: str) -> Path:
+    # Path("") is "." : an unset variable (-o "$OUTDIR") wrote into the working folder, exit 0
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset variable?); give a folder")
+    return Path(text)
+
+
 def add_parser(sub: Any) -> None:
     """Register the ``batch`` subcommand on an ``argparse`` subparsers object."""
     p = sub.add_parser(
         "batch", help="swap a face into many images and videos (folders, globs) in parallel",
         description="Swap the source face into every image and video given (files, folders, "
                     "glob patterns), writing each output under --output-dir with the input's "
-                    "name. Outputs that exist are skipped (resume) unless --overwrite; one bad "
+                    "name. Outputs a batch made are skipped (resume) unless --overwrite; one bad "
                     "item does not stop the others. Long videos are cut at keyframes, processed "
                     "in parallel and joined exactly (every frame, timestamp and audio packet). "
                     "Runs on Ray workers when Ray is installed (the batch extra: "
@@ -81,7 +88,7 @@ def add_parser(sub: Any) -> None:
         formatter_class=HelpFormatter)
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="image or video files, folders, or glob patterns (quote them)")
-    p.add_argument("--output-dir", "-o", type=Path, required=True, help="where outputs go")
+    p.add_argument("--output-dir", "-o", type=_folder, required=True, help="where outputs go")
     p.add_argument("--source", "-s", type=Path, required=True, help="photo of the source face")
     p.add_argument("--recursive", "-r", action="store_true",
                    help="also the subfolders of folders (a pattern's ** reaches them "

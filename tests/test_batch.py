@@ -1105,6 +1105,21 @@ def test_no_cpu_share_for_a_worker_is_refused_by_the_parser(
     assert "--cpus-per-worker: must be > 0" in capsys.readouterr().err
 
 
+def test_an_empty_output_dir_is_refused_by_the_parser(
+        tmp_path: Path, t1_path: Path, astronaut_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: ``-o "$UNSET"`` wrote the outputs and the record into the working
+    folder, exit 0 (``run -o ""`` is refused)."""
+    from livefuse.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(["batch", str(t1_path), "-o", "", "-s", str(astronaut_path)])
+    assert stop.value.code == 2
+    assert "--output-dir/-o: is empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_missing_neural_models_are_named_before_any_worker_starts(
         tmp_path: Path, t1_path: Path, astronaut_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,6 +15,7 @@ stream copy with every frame and timestamp in place. A keyframe followed by lead
 from __future__ import annotations
 
 import bisect
+import fnmatch
 import glob
 import itertools
 import json
@@ -145,6 +146,8 @@ class Plan:
     earlier_outputs: list[tuple[Path, int]] = field(default_factory=list)
     """Earlier batches' output folders a walk left out, with their images and videos
     (:class:`Expanded`)."""
+    linked: list[Path] = field(default_factory=list)
+    """Symbolic links to folders a walk did not follow (:class:`Expanded`): said."""
     changed: list[Item] = field(default_factory=list)
     """Items whose output exists but was made from the input as it was before it changed
     (:func:`~livefuse.batch.made_from.changed_input`): processed again, and said."""
@@ -233,6 +236,34 @@ def _once(paths: list[Path]) -> list[Path]:
     return sorted(kept)
 
 
+def _pattern_matches(raw: str) -> list[Path]:
+    """The files and folders glob pattern ``raw`` matches, as :func:`glob.glob` names them,
+    except that ``**`` does not follow symbolic links to folders, as a ``--recursive`` walk
+    does not: glob's ``**`` followed them, and two links to folders above made it run for ten
+    minutes while its memory grew to 4 GB (a new user's trial). Names starting with a dot
+    are matched only by a pattern part that starts with one, as glob matches them."""
+    pattern = Path(raw)
+    fixed = _fixed_part(pattern)
+    rest = pattern.parts[len(fixed.parts):]
+    if rest[-1] == "**":  # glob's `in/**` is every file and folder below; pathlib's, folders
+        rest = (*rest, "*")
+    dotted = [q for q in rest if q.startswith(".")]
+    found = []
+    for m in (fixed if fixed.parts else Path()).glob(str(Path(*rest))):
+        below = m.relative_to(fixed).parts if fixed.parts else m.parts
+        if all(not q.startswith(".") or any(fnmatch.fnmatchcase(q, d) for d in dotted)
+               for q in below):
+            found.append(m)
+    return found
+
+
+def _linked_folders(folder: Path, pattern: str) -> list[Path]:
+    """Symbolic links to folders that a walk of ``folder`` by ``pattern`` (``*``, ``**/*``)
+    met and did not follow (their images and videos are left out: said, not silent)."""
+    return sorted(f for f in folder.glob(pattern) if f.is_symlink() and f.is_dir()
+                  and not _is_ours(f.relative_to(folder)))
+
+
 def _walk_root(raw: str) -> Path:
     """The folder a folder input or a pattern walks (a pattern's part before its first magic)."""
     p = Path(raw)
@@ -271,6 +302,8 @@ class Expanded(NamedTuple):
         earlier: ``(folder, files)``: output folders of earlier batches (they hold
             :data:`~livefuse.batch.made_from.RECORD`) that a folder walk or a pattern met below
             its start, and how many of the outputs recorded there it left out.
+        linked: symbolic links to folders that a ``--recursive`` walk or a pattern's ``**``
+            met and did not follow.
     """
 
     found: list[tuple[Path, Path]]
@@ -280,6 +313,7 @@ class Expanded(NamedTuple):
     below: list[tuple[str, int]]
     hidden: list[Path]
     earlier: list[tuple[Path, int]]
+    linked: list[Path]
 
 
 def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None = None
@@ -303,6 +337,7 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
     below: list[tuple[str, int]] = []
     hidden: list[Path] = []
     earlier_dirs: dict[Path, int] = {}
+    linked: list[Path] = []
     left_out = 0
     out_root = outputs.resolve() if outputs is not None else None
     records: dict[Path, set[str]] = {}
@@ -353,6 +388,8 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
         if p.is_dir():
             pattern = "**/*" if recursive else "*"
             walk = [f for f in p.glob(pattern) if f.is_file()]
+            if recursive:
+                linked += _linked_folders(p, "**/*")
             every = walked(raw, sorted(f for f in walk if not _is_ours(f.relative_to(p))))
             # said, not taken: a new user's trial found '.take2.jpg' left out without a word
             hidden += sorted(f for f in walk if _is_ours(f.relative_to(p)) and _media(f)
@@ -381,7 +418,11 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
         elif glob.has_magic(raw):
             # `**` asks for every depth whatever --recursive says: Python's glob otherwise
             # reads it as `*`, and a new user's 'in/**/*.mp4' left in/b/c/deep.mp4 out, exit 0
-            matches = _once(sorted(Path(m) for m in glob.glob(raw, recursive=True)))
+            if "**" in p.parts:  # the links its ** met, whatever its last part matches
+                reach = Path(*p.parts[:p.parts.index("**") + 1], "*")
+                linked += [m for m in _pattern_matches(str(reach))
+                           if m.is_symlink() and m.is_dir()]
+            matches = _once(sorted(_pattern_matches(raw)))
             every = walked(raw, [m for m in matches if m.is_file()])
             files = [f for f in every if _media(f)]
             other += [f for f in every if not _media(f)]
@@ -393,7 +434,8 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             found += [(f, _below(f, _fixed_part(p))) for f in files]
         else:
             problems.append((raw, "file not found"))
-    return Expanded(found, problems, left_out, other, below, hidden, sorted(earlier_dirs.items()))
+    return Expanded(found, problems, left_out, other, below, hidden, sorted(earlier_dirs.items()),
+                    sorted(set(linked)))
 
 
 def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
@@ -430,10 +472,10 @@ def plan_items(inputs: Sequence[str], output_dir: Path, recursive: bool = False,
                             "or no permission)")
     # an output folder inside an input folder: its files are this batch's outputs, not inputs
     # (an output folder that IS an input folder is refused below, output by output)
-    found, problems, left_out, not_media, below, hidden, outputs_before = expand(
+    found, problems, left_out, not_media, below, hidden, outputs_before, linked = expand(
         inputs, recursive, output_dir)
     plan = Plan(problems=problems, left_out=left_out, not_media=not_media, below=below,
-                hidden=hidden, earlier_outputs=outputs_before)
+                hidden=hidden, earlier_outputs=outputs_before, linked=linked)
     seen: dict[Path, Path] = {}
     inputs_resolved = {f.resolve() for f, _ in found}
     made_from = recorded(output_dir)

@@ -601,6 +601,14 @@ def _run_batch(opts: BatchOptions, factory: Callable[[], Any], neural: bool,
         summary.notes.append(f"'{kept_dir}': {files} output{'s' if files > 1 else ''} of an "
                              "earlier batch into that folder left out (its record of outputs "
                              "lists them); give the folder itself to swap them again")
+    if plan.linked:
+        names = ", ".join(f"'{f}'" for f in plan.linked[:3]) + \
+            (f" and {len(plan.linked) - 3} more" if len(plan.linked) > 3 else "")
+        one = len(plan.linked) == 1
+        summary.notes.append(f"{len(plan.linked)} linked folder{'' if one else 's'} (a "
+                             f"symbolic link) not walked into: {names}; give "
+                             f"{'it' if one else 'one'} as an input to take "
+                             f"{'its' if one else 'their'} files")
     for folder, deeper in plan.below:
         summary.notes.append(f"'{folder}' has {deeper} image{'s' if deeper > 1 else ''} or "
                              f"video{'s' if deeper > 1 else ''} in its subfolders, left out: "

@@ -40,10 +40,23 @@ def _share(text: str) -> float:
 
 
 def _cpu_share(text: str) -> float:
-    value = _share(text)
+    try:
+        value = _share(text)
+    except argparse.ArgumentTypeError:
+        if _below_zero(text):  # one rule said once: 0 and -1 got two (a new user's trial)
+            raise argparse.ArgumentTypeError("must be > 0") from None
+        raise
     if value == 0:  # a Ray actor with no CPU is scheduled without limit, its codecs on none
         raise argparse.ArgumentTypeError("must be > 0")
     return value
+
+
+def _below_zero(text: str) -> bool:
+    """Whether ``text`` reads as a number below zero."""
+    try:
+        return float(text) < 0
+    except ValueError:
+        return False
 
 
 def _chunk_seconds(text: str) -> float | None:

@@ -1100,15 +1100,17 @@ def test_a_video_of_one_and_a_half_chunks_or_more_is_cut(tmp_path: Path) -> None
     assert chunk == 16.5 and MIN_CHUNKS_TO_CUT * chunk <= 30.0
 
 
+@pytest.mark.parametrize("share", ["0", "-1"])
 def test_no_cpu_share_for_a_worker_is_refused_by_the_parser(
-        tmp_path: Path, t1_path: Path, astronaut_path: Path,
+        share: str, tmp_path: Path, t1_path: Path, astronaut_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """A new user's trial: `--cpus-per-worker 0` started two Ray workers with "0 CPU each"."""
+    """A new user's trial: `--cpus-per-worker 0` started two Ray workers with "0 CPU each";
+    a later one found -1 refused with another rule ("must be >= 0")."""
     from livefuse.cli import main
 
     with pytest.raises(SystemExit) as stop:
         main(["batch", str(t1_path), "-o", str(tmp_path / "o"), "-s", str(astronaut_path),
-              "--cpus-per-worker", "0"])
+              "--cpus-per-worker", share])
     assert stop.value.code == 2
     assert "--cpus-per-worker: must be > 0" in capsys.readouterr().err
 

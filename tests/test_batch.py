@@ -4,6 +4,7 @@ The Ray executor's own tests are in test_batch_ray.py."""
 
 from __future__ import annotations
 
+import glob
 import itertools
 import os
 import shutil
@@ -1113,6 +1114,15 @@ def test_no_cpu_share_for_a_worker_is_refused_by_the_parser(
               "--cpus-per-worker", share])
     assert stop.value.code == 2
     assert "--cpus-per-worker: must be > 0" in capsys.readouterr().err
+
+
+def test_a_pattern_through_a_folder_with_a_bracket_in_its_name_says_how_to_write_it(
+        tmp_path: Path) -> None:
+    _touch(tmp_path / "rec [old]" / "a.mp4")
+    problems = expand([str(tmp_path / "rec [old]" / "*.mp4")]).problems
+    assert len(problems) == 1 and "'[' in" in problems[0][1] and "[[]old]" in problems[0][1]
+    found = expand([glob.escape(str(tmp_path / "rec [old]")) + "/*.mp4"]).found
+    assert [f.name for f, _ in found] == ["a.mp4"]
 
 
 def test_an_empty_output_dir_is_refused_by_the_parser(

@@ -257,6 +257,17 @@ def _pattern_matches(raw: str) -> list[Path]:
     return found
 
 
+def _bracket_hint(pattern: Path) -> str:
+    """A hint when a folder in ``pattern`` has ``[`` in its name, which a pattern reads as a
+    set of characters: ``'rec [old]/*.mp4'`` matched nothing, with no word why (a new user's
+    trial)."""
+    named = [q for q in (pattern, *pattern.parents) if "[" in q.name and q.exists()]
+    if not named:
+        return ""
+    return (f" ('[' in '{named[-1]}' starts a set of characters in a pattern: write "
+            f"'{glob.escape(str(named[-1]))}' for the name itself)")
+
+
 def _linked_folders(folder: Path, pattern: str) -> list[Path]:
     """Symbolic links to folders that a walk of ``folder`` by ``pattern`` (``*``, ``**/*``)
     met and did not follow (their images and videos are left out: said, not silent)."""
@@ -427,7 +438,8 @@ def expand(inputs: Sequence[str], recursive: bool = False, outputs: Path | None 
             files = [f for f in every if _media(f)]
             other += [f for f in every if not _media(f)]
             if not files:
-                problems.append((raw, "no image or video matches this pattern"))
+                problems.append((raw, "no image or video matches this pattern"
+                                 + _bracket_hint(p)))
             # mirrored below the pattern's fixed part, as a folder's files are below it:
             # `in/**/*.mp4` and `in` --recursive write the same outputs (`in/*/clip.mp4` no
             # longer puts every clip.mp4 on one name)

@@ -217,15 +217,17 @@ def run_batch_cli(args: argparse.Namespace) -> int:
     load_image(args.source, "source")
     if args.reference is not None:
         load_image(args.reference, "reference")
+    no_gpu_classic = False
     if args.engine == "auto" and _workers_without_gpu(args):
         from livefuse.models.engine_choice import neural_models_present
 
         if neural_models_present(args.models_dir):
-            print("engine: classic (the batch workers have no GPU; --engine neural runs the "
-                  "neural models on the CPU)", file=sys.stderr)
             # --models-dir was read, for the models just found; the classic engine reads none
-            args.engine, args.models_dir = "classic", None
+            args.engine, args.models_dir, no_gpu_classic = "classic", None, True
     config = choose_engine(args)
+    if no_gpu_classic:  # after the options' check, as choose_engine's own line
+        print("engine: classic (the batch workers have no GPU; --engine neural runs the "
+              "neural models on the CPU)", file=sys.stderr)
     if args.address is None:  # workers on this machine: its model files are theirs
         from livefuse.models.engine_choice import models_error
 

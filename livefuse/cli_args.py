@@ -334,9 +334,10 @@ def choose_engine(args: argparse.Namespace) -> EngineConfig:
     """
     config = engine_config(args)
     choice = resolve_engine(config)
+    # after the check: a refused option is the only line, not one after the engine's
+    check_engine_options(args, choice)
     if choice.requested == "auto":
         print(f"engine: {choice.engine} ({choice.reason})", file=sys.stderr)
-    check_engine_options(args, choice)
     return choice.applied(config)
 
 

@@ -797,6 +797,23 @@ def test_workers_without_a_gpu_run_the_classic_engine(
     assert (out / "t1.jpg").exists()
 
 
+def test_a_refused_option_is_the_only_line_when_workers_have_no_gpu(
+        tmp_path: Path, t1_path: Path, astronaut_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: the engine's line came first, then the refusal of an option that
+    engine does not read; the refusal is the whole answer."""
+    from livefuse.cli import main
+
+    monkeypatch.setattr("livefuse.models.engine_choice.neural_models_present", lambda d: True)
+    out = tmp_path / "out"
+    assert main(["batch", str(t1_path), "-o", str(out), "-s", str(astronaut_path), "-q",
+                 "--executor", "local", "--precision", "fp16"]) == 2
+    err = capsys.readouterr().err
+    assert "--precision: only the neural engine uses this option" in " ".join(err.split())
+    assert "engine:" not in err
+    assert not out.exists()
+
+
 def test_an_early_ended_input_is_said_again_when_a_rerun_skips_it(tmp_path: Path) -> None:
     """A new user's trial: the first batch exited 3 ("ended early: 37 of 90"), the rerun
     skipped the item (its output exists) and exited 0, passing the cut output as done."""

@@ -447,7 +447,9 @@ def test_an_option_the_run_would_ignore_is_an_error(
     # the folder makes --engine auto fall back to classic here; an explicit classic refuses it
     models = () if "classic" in args else ("--models-dir", tmp_path / "no-models")
     assert _run("-s", astronaut_path, "-t", t1_path, "-o", out, *models, *args) == 2
-    assert said in " ".join(capsys.readouterr().err.split())
+    err = capsys.readouterr().err
+    assert said in " ".join(err.split())
+    assert "engine:" not in err  # the refusal alone, not after a line naming the engine
     assert not out.exists()
 
 

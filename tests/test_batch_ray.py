@@ -367,6 +367,41 @@ def test_an_interrupt_while_ray_starts_stops_what_started(
     assert alive == [True, False, True]
 
 
+def test_a_ctrl_c_lost_while_ray_starts_still_stops_the_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's Ctrl-C landed in logging's after-fork hook while Ray started its
+    processes; Python printed "Exception ignored" and dropped it, and the batch ran to the end
+    with exit 0. A Ctrl-C during the start is noted, and raised once ``ray.init`` returns."""
+    import ray
+
+    from livefuse.batch.executor import start_ray
+
+    package = str(Path(ray.__file__).parent)
+    spawned: list[subprocess.Popen[bytes]] = []
+
+    def init(*args: object, **kw: object) -> None:
+        spawned.append(subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)", package]))
+        try:
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here, in the main thread
+        except KeyboardInterrupt:
+            pass  # as Python does with an exception raised in an at-fork hook
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            start_ray(None)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert [p.poll() is None for p in spawned] == [False]  # what it started, ended
+    finally:
+        for p in spawned:
+            p.kill()
+            p.wait()
+
+
 @pytest.mark.parametrize("ended", [True, False])
 def test_an_embedded_cluster_a_signal_has_hit_is_killed_not_shut_down(
         monkeypatch: pytest.MonkeyPatch, ended: bool) -> None:

@@ -188,15 +188,31 @@ def start_ray(address: str | None = None, num_cpus: float | None = None,
     # Ray's driver installs a C-level SIGTERM handler that aborts the process (exit -6, no
     # clean-up): the CLI's own handler (clean up, exit 143) is put back after ray.init
     sigterm = signal.getsignal(signal.SIGTERM) if main else None
+    # a Ctrl-C that lands in a fork's after-hook while Ray spawns its processes (logging's lock
+    # release) is printed as "Exception ignored" and lost: a new user's batch then ran to the
+    # end and exited 0. The handler notes each one, and a noted one is raised once init returns
+    sigint = signal.getsignal(signal.SIGINT) if main else None
+    noted: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    if sigint is signal.default_int_handler:
+        signal.signal(signal.SIGINT, note)
     mine: list[str] = []  # this call's session folder (not another cluster's of this process)
     try:
         if address is not None:
             ray.init(address=address, **common)
+            if noted:
+                raise KeyboardInterrupt
             return False
         mine.append(tempfile.mkdtemp(prefix="livefuse-ray-", dir=_session_root()))
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus,  # type: ignore[arg-type]
                  object_store_memory=object_store_bytes, _node_ip_address="127.0.0.1",
                  _temp_dir=mine[0], **common)
+        if noted:
+            raise KeyboardInterrupt
         _SESSION_DIRS.extend(mine)
         _STARTED[:] = [min([started, *_STARTED])]
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -221,6 +237,8 @@ def start_ray(address: str | None = None, num_cpus: float | None = None,
     finally:
         if main and sigterm is not None:
             signal.signal(signal.SIGTERM, sigterm)
+        if sigint is signal.default_int_handler:
+            signal.signal(signal.SIGINT, sigint)
     return True
 
 

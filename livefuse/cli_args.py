@@ -78,6 +78,24 @@ def at_least(low: float, kind: type[int] | type[float] = int, strict: bool = Fal
     parse.__name__ = kind.__name__  # argparse names the type in "invalid int value"
     return parse
 
+
+def within(low: float, high: float, low_open: bool = False) -> Callable[[str], float]:
+    """An argparse ``type`` for a number in ``low..high`` (``(low, high]`` with ``low_open``),
+    refused in the option's own terms: ``--face-mask-blur 5`` said "face_mask_blur=5.0 must
+    be within 0..1", the config field's name (a new user's trial)."""
+    number = at_least(float("-inf"), float)  # a finite number, or its own message
+
+    def parse(text: str) -> float:
+        value = float(number(text))
+        if value < low or (low_open and value == low) or value > high:
+            bounds = f"({low:g}, {high:g}]" if low_open else f"{low:g}..{high:g}"
+            raise argparse.ArgumentTypeError(f"{text} must be within {bounds}")
+        return value
+
+    parse.__name__ = "float"
+    return parse
+
+
 def file_name(text: str) -> Path:
     """An argparse ``type`` for an output file: a name ending in a path separator (``out/``)
     means a folder, which ``Path`` would silently turn into a file name (``out``), and the
@@ -175,16 +193,16 @@ def add_engine_args(p: argparse.ArgumentParser, defaults: EngineConfig = RUN_DEF
                    default=None, metavar="REGION",
                    help="neural, with the region mask: the regions swapped "
                         f"({', '.join(FACE_MASK_REGION_CHOICES)}) (default: all)")
-    p.add_argument("--face-mask-blur", type=float, default=None,
+    p.add_argument("--face-mask-blur", type=within(0, 1), default=None,
                    help=f"neural, box mask: blur, 0..1 (default: {d.face_mask_blur})")
-    p.add_argument("--face-mask-padding", type=float, nargs=4, default=None,
+    p.add_argument("--face-mask-padding", type=within(0, 100), nargs=4, default=None,
                    metavar=("TOP", "RIGHT", "BOTTOM", "LEFT"),
                    help="neural, box mask: padding in percent (default: 0 0 0 0)")
     p.add_argument("--enhancer", choices=ENHANCER_CHOICES, default=None,
                    help="face enhancer run on each swapped face at 512 px (needs its model: "
                         "`livefuse models fetch NAME`); with the cache on it runs on cache misses "
                         "only (default: none)")
-    p.add_argument("--enhancer-blend", type=float, default=None,
+    p.add_argument("--enhancer-blend", type=within(0, 100), default=None,
                    help="0..100: how much of the --enhancer's output is used "
                         f"(default: {d.enhancer_blend})")
     p.add_argument("--no-smooth", dest="smooth", action="store_false",

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from livefuse import extras
-from livefuse.cli_args import HelpFormatter, add_engine_args, at_least, choose_engine
+from livefuse.cli_args import (
+    HelpFormatter,
+    add_engine_args,
+    at_least,
+    choose_engine,
+    within,
+)
 from livefuse.config import (
     CONTROL_HOST,
     GUARD_CHOICES,
@@ -51,7 +57,7 @@ def add_settings_args(p: argparse.ArgumentParser, reference: bool = True) -> Non
                    help="a fresh swap at least every N frames: a cached swap serves at most N "
                         "frames, the one it was made on included (1: no reuse) "
                         f"(default: {cache.refresh_every_n})")
-    p.add_argument("--cache-threshold", type=float, default=cache.threshold,
+    p.add_argument("--cache-threshold", type=within(0, 1, low_open=True), default=cache.threshold,
                    help="similarity (0..1] at or above which a cached swap is reused")
     add_engine_args(p, LIVE_DEFAULTS.engine, reference)
 

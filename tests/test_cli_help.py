@@ -106,6 +106,16 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     (["models", "fetch", "det_10g", "--timeout", "nan"], "--timeout: nan is not a finite number"),
     (["models", "fetch", "det_10g", "--timeout", "-1"], "--timeout: -1 must be more than 0"),
     (["models", "--models-dir", __file__, "list"], f"'{__file__}' is a file, not a folder"),
+    # these said the config field's name ("face_mask_blur=5.0 must be within 0..1")
+    (["run", "-s", "a.png", "-t", "b.png", "-o", "c.png", "--face-mask-blur", "5"],
+     "--face-mask-blur: 5 must be within 0..1"),
+    (["run", "-s", "a.png", "-t", "b.png", "-o", "c.png", "--face-mask-padding", "-5", "0", "0",
+      "0"], "--face-mask-padding: -5 must be within 0..100"),
+    (["batch", "-s", "a.png", "in", "-o", "out", "--enhancer-blend", "200"],
+     "--enhancer-blend: 200 must be within 0..100"),
+    (["live", "-s", "a.png", "--cache-threshold", "0"],
+     "--cache-threshold: 0 must be within (0, 1]"),
+    (["live", "-s", "a.png", "--face-mask-blur", "nan"], "--face-mask-blur: nan is not a finite"),
 ])
 def test_out_of_range_numbers_are_refused_in_the_options_own_terms(
         argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
